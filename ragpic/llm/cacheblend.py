@@ -1,0 +1,86 @@
+"""CacheBlend (Yao et al., EuroSys 2025) as a baseline, on the same linked cache.
+
+CacheBlend picks the tokens to recompute per prompt rather than by position:
+
+1. layer 0 is recomputed for every token (its KV is cheap and fully fresh);
+2. layer 1 is recomputed for every token too, and each chunk token's fresh value vectors
+   are compared with its cached ones ("KV deviation", summed squared difference over heads
+   and dims);
+3. the ``ratio`` of chunk tokens with the largest deviation, plus every uncached token
+   (template, glue, query), continue through layers 2..L-1; all other tokens keep their
+   cached (re-rotated) KV there.
+
+Layers 0 and 1 attend over the whole prompt, so this step costs ``2/L`` of a full prefill
+plus an ``N x N`` mask: the memory behaviour the EPIC paper contrasts with LegoLink.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .linked_cache import LinkedCache, additive_mask, cache_kwarg
+from .model import LoadedModel
+from .segments import Segment
+
+_CHECK_LAYER = 1
+
+
+def _run_layer(layer: torch.nn.Module, hidden: torch.Tensor, pos: torch.Tensor, cache: LinkedCache,
+               n: int, lm: LoadedModel, rotary: torch.nn.Module, kwarg: str) -> torch.Tensor:
+    """One decoder layer over the tokens at ``pos`` (``(R,)``), writing their K/V at ``pos``."""
+    cache.prepare(pos, n)
+    mask = additive_mask(pos, n, dtype=lm.dtype, sliding_window=lm.sliding_window)
+    out = layer(hidden, attention_mask=mask, position_ids=pos[None],
+                position_embeddings=rotary(hidden, pos[None]), use_cache=True, **{kwarg: cache})
+    return out[0] if isinstance(out, tuple) else out
+
+
+def select_tokens(deviation: torch.Tensor, must: torch.Tensor, ratio: float) -> torch.Tensor:
+    """``(R,)`` sorted positions: every ``must`` token plus the top ``ratio`` of the others.
+
+    Args:
+        deviation: ``(N,)`` fp32 per-token KV deviation at the check layer.
+        must: ``(N,)`` bool, tokens always recomputed (uncached text, the last token).
+    """
+    cand = (~must).nonzero().squeeze(1)
+    k = math.ceil(ratio * cand.numel())
+    top = cand[deviation[cand].topk(k).indices] if k else cand[:0]
+    return torch.cat((must.nonzero().squeeze(1), top)).sort().values
+
+
+@torch.inference_mode()
+def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], must: torch.Tensor,
+                    ratio: float, capacity: int) -> tuple[torch.Tensor, LinkedCache, torch.Tensor]:
+    """Link with CacheBlend-``ratio``; returns (last logits ``(V,)``, cache, recomputed ``(N,)`` bool).
+
+    ``must`` marks the tokens every method recomputes (uncached text and the last token).
+    The returned mask is what went through the deep layers (layers 0-1 saw everything).
+    """
+    from .linker import fill_cached_rows, new_cache
+
+    base = lm.model.model
+    n = ids.numel()
+    cache = new_cache(lm, capacity)
+    fill_cached_rows(lm, cache, segments)
+    kwarg = cache_kwarg(base.layers[0])
+    everyone = torch.arange(n, device=lm.device)
+    hidden = base.embed_tokens(ids[None])
+    must = must.to(lm.device)
+    sel = everyone
+    for i, layer in enumerate(base.layers):
+        if i == _CHECK_LAYER:
+            cached_v = cache.value_slab[i, 0, :, :n].float().clone()
+        hidden = _run_layer(layer, hidden, sel, cache, n, lm, base.rotary_emb, kwarg)
+        if i == _CHECK_LAYER:
+            fresh_v = cache.value_slab[i, 0, :, :n].float()
+            deviation = (fresh_v - cached_v).pow(2).sum(dim=(0, 2))  # (N,)
+            sel = select_tokens(deviation, must, ratio)
+            hidden = hidden[:, sel]
+    hidden = base.norm(hidden[:, -1:])
+    logits = lm.model.lm_head(hidden)[0, -1].float()
+    rec = torch.zeros(n, dtype=torch.bool)
+    rec[sel.cpu()] = True
+    return logits, cache, rec

@@ -1,0 +1,110 @@
+"""Compile: prefill chunks alone (positions from 0) and keep their per-layer K and V."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from .kv import ChunkKV, PLAIN, recipe_dummies
+from .linked_cache import forward_with_cache
+from .model import LoadedModel
+
+
+class ChunkError(ValueError):
+    """A chunk cannot be compiled; the message names the chunk, ``index`` is its position."""
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
+
+
+def dummy_token_id(lm: LoadedModel) -> int:
+    """The id LegoLink-0 prepends: BOS as EPIC does, else the first EOS / pad (Qwen has no BOS)."""
+    tok = lm.tokenizer
+    for cand in (tok.bos_token_id, *lm.eos_token_ids, tok.pad_token_id):
+        if cand is not None:
+            return int(cand)
+    raise ChunkError("the tokenizer has no BOS, EOS or pad token to use as LegoLink-0 dummy")
+
+
+def _check(ids: torch.Tensor, index: int, dummies: int, lm: LoadedModel) -> None:
+    if ids.numel() == 0:
+        raise ChunkError(f"chunk {index} is empty: an empty chunk has no KV to compile; drop it", index)
+    if ids.numel() + dummies > lm.context_window:
+        raise ChunkError(
+            f"chunk {index} has {ids.numel()} tokens (+{dummies} dummies), more than the model's "
+            f"context window of {lm.context_window}: split it into smaller chunks",
+            index,
+        )
+
+
+def _batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Group chunk indices (sorted by length) so each padded batch holds <= batch_tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        cur = batches[-1] if batches else None
+        if cur and lengths[i] * (len(cur) + 1) <= batch_tokens:
+            cur.append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+@torch.inference_mode()
+def compile_chunks(
+    lm: LoadedModel,
+    chunks: Sequence[Sequence[int] | torch.Tensor],
+    *,
+    recipe: str = PLAIN,
+    batch_tokens: int = 4096,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[ChunkKV]:
+    """Prefill each chunk alone and return its KV, batched by length for throughput.
+
+    Each chunk sits at positions ``0..T-1`` (after ``N`` dummy tokens for recipe ``bosN``,
+    whose rows are dropped). Chunks in a batch are right-padded: a causal model never lets a
+    real token attend to padding after it, so no attention mask is needed and the K/V of
+    every real token equals that of the chunk prefilled on its own.
+
+    Args:
+        chunks: token ids of each chunk (no special tokens added).
+        recipe: ``plain`` or ``bos<N>`` (LegoLink-0).
+        batch_tokens: padded tokens per forward (memory ~ batch_tokens x KV bytes/token).
+        on_progress: called with the number of chunks finished after each batch.
+    Returns:
+        One :class:`ChunkKV` per chunk, in input order, on the model's device.
+    """
+    dummies = recipe_dummies(recipe)
+    ids = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in chunks]
+    for i, c in enumerate(ids):
+        _check(c, i, dummies, lm)
+    prefix = torch.full((dummies,), dummy_token_id(lm) if dummies else 0, dtype=torch.long)
+    out: list[ChunkKV | None] = [None] * len(ids)
+    for batch in _batches([c.numel() + dummies for c in ids], batch_tokens):
+        width = max(ids[i].numel() for i in batch) + dummies
+        rows = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, i in enumerate(batch):
+            seq = torch.cat((prefix, ids[i]))
+            rows[r, : seq.numel()] = seq
+        rows = rows.to(lm.device)
+        positions = torch.arange(width, device=lm.device).expand(len(batch), width)
+        cache = DynamicCache()
+        forward_with_cache(lm.model, rows, positions, cache, attention_mask=None)
+        keys = torch.stack([layer.keys for layer in cache.layers])  # (L, B, H, width, D)
+        values = torch.stack([layer.values for layer in cache.layers])
+        for r, i in enumerate(batch):
+            t = ids[i].numel()
+            out[i] = ChunkKV(
+                token_ids=ids[i].to(lm.device),
+                keys=keys[:, r, :, dummies:dummies + t].clone(),
+                values=values[:, r, :, dummies:dummies + t].clone(),
+                base_position=dummies,
+                fingerprint=lm.fingerprint,
+                recipe=recipe,
+            )
+        if on_progress:
+            on_progress(len(batch))
+    return out  # type: ignore[return-value]

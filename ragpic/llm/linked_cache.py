@@ -1,0 +1,115 @@
+"""A preallocated KV cache whose layers write fresh K/V at given rows.
+
+transformers' own caches append (``DynamicCache``) or ignore the write position
+(``StaticCache`` in 5.x). Linking needs the opposite: every row of the prompt is already
+filled with (re-rotated) cached KV, and the forward pass over the few recomputed tokens
+must overwrite exactly their rows, in every layer, before that layer attends.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+
+class RowWriteLayer(CacheLayerMixin):
+    """One layer's K/V: views into ``(1, H_kv, capacity, D)`` slabs owned by :class:`LinkedCache`."""
+
+    is_sliding = False
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, owner: "LinkedCache", index: int):
+        super().__init__()
+        self._owner = owner
+        self.keys = owner.key_slab[index]
+        self.values = owner.value_slab[index]
+        self.device = self.keys.device
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:  # slabs are preallocated
+        return None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write ``(1, H_kv, R, D)`` states at the owner's ``write_rows``; return rows ``[0, length)``."""
+        rows = self._owner.write_rows
+        self.keys.index_copy_(2, rows, key_states.to(self.keys.dtype))
+        self.values.index_copy_(2, rows, value_states.to(self.values.dtype))
+        n = self._owner.length
+        return self.keys[:, :, :n], self.values[:, :, :n]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._owner.length, 0
+
+    def get_seq_length(self) -> int:
+        return self._owner.length
+
+    def get_max_length(self) -> int:
+        return self._owner.capacity
+
+
+class LinkedCache(Cache):
+    """KV of a whole prompt (plus room to decode), filled by link, read by decode.
+
+    Attributes:
+        key_slab, value_slab: ``(L, 1, H_kv, capacity, D)`` in the model dtype.
+        length: rows visible to attention in the next forward (prompt + generated so far).
+        write_rows: ``(R,)`` int64 rows the next forward's R tokens are written to.
+    """
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, capacity: int,
+                 *, dtype: torch.dtype, device: torch.device):
+        shape = (num_layers, 1, num_kv_heads, capacity, head_dim)
+        self.key_slab = torch.zeros(shape, dtype=dtype, device=device)
+        self.value_slab = torch.zeros(shape, dtype=dtype, device=device)
+        self.capacity = capacity
+        self.length = 0
+        self.write_rows = torch.zeros(0, dtype=torch.long, device=device)
+        super().__init__(layers=[RowWriteLayer(self, i) for i in range(num_layers)])
+
+    def fill(self, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Place ``(L, H_kv, T, D)`` K/V (already at their global positions) at rows ``[start, start+T)``."""
+        t = keys.shape[2]
+        self.key_slab[:, 0, :, start:start + t] = keys
+        self.value_slab[:, 0, :, start:start + t] = values
+
+    def prepare(self, write_rows: torch.Tensor, length: int) -> None:
+        """Before a forward: its tokens go to ``write_rows``; attention sees rows ``[0, length)``."""
+        if length > self.capacity:
+            raise ValueError(f"linked cache holds {self.capacity} rows, {length} requested")
+        self.write_rows = write_rows
+        self.length = length
+
+
+def additive_mask(query_positions: torch.Tensor, kv_length: int, *, dtype: torch.dtype,
+                  sliding_window: int | None = None) -> torch.Tensor:
+    """``(1, 1, R, kv_length)`` additive mask: query at position ``p`` sees keys ``t <= p``.
+
+    Additive (0 / finfo.min) rather than boolean: a boolean mask is wrong under ``eager``
+    attention, an additive one is right for both ``eager`` and ``sdpa``. With a sliding
+    window ``w`` the query also stops seeing keys ``t <= p - w``, as Mistral does.
+    """
+    t = torch.arange(kv_length, device=query_positions.device)
+    p = query_positions[:, None]
+    allowed = t[None, :] <= p
+    if sliding_window is not None:
+        allowed &= t[None, :] > p - sliding_window
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=query_positions.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The name a model's forward takes its cache under: ``cache`` (5.24+) or ``past_key_values``."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def forward_with_cache(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                       cache: Cache, attention_mask: torch.Tensor | None, logits_to_keep: int = 1):
+    """The one place ragpic calls the model's forward with a cache (its name moved in 5.x)."""
+    kwargs = {cache_kwarg(model): cache}
+    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                 use_cache=True, logits_to_keep=logits_to_keep, **kwargs)

