@@ -1,0 +1,240 @@
+"""RagPic: the one object the framework integrations share.
+
+text -> segments (cached chunks found by their exact text) -> KV from the store (compiled
+on a miss) -> link -> decode. LlamaIndex and LangChain classes are thin layers over this.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from .config import Config
+from .llm.compile import ChunkError, compile_chunks
+from .llm.generate import Sampling, TextDelta, decode_tokens, stream_text
+from .llm.kv import ChunkKV
+from .llm.linker import LinkResult, Method, link, parse_method
+from .llm.model import LoadedModel, load_model
+from .llm.segments import Segment, chunk_segment, find_chunks, split_prompt, text_segment
+
+log = logging.getLogger("ragpic")
+
+Messages = Sequence[dict]
+
+
+@dataclass(slots=True)
+class Generation:
+    """One answer and how it was produced.
+
+    ``ttft_s`` runs from the call to the first generated token: segmenting, loading KV,
+    compiling misses, linking and picking the token. ``link_s`` is the link forward alone.
+    """
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    method: str = ""
+    ttft_s: float = 0.0
+    link_s: float = 0.0
+    prompt_tokens: int = 0
+    recomputed_tokens: int = 0
+    chunks_matched: int = 0
+    chunks_loaded: int = 0
+    chunks_compiled: int = 0
+
+
+class GenerationStream:
+    """Iterate for text deltas; ``result`` holds the whole :class:`Generation` once done."""
+
+    def __init__(self, deltas: Iterator[TextDelta], result: Generation):
+        self._deltas = deltas
+        self.result = result
+
+    def __iter__(self) -> Iterator[str]:
+        for d in self._deltas:
+            self.result.text += d.text
+            self.result.token_ids = d.token_ids
+            if d.finish_reason:
+                self.result.finish_reason = d.finish_reason
+            if d.text:
+                yield d.text
+
+
+class RagPic:
+    """Compile chunk KV once, link it into any prompt that contains those chunks.
+
+    Args:
+        config: settings (defaults: embedded SmolLM2, ``legolink-16``, memory store).
+        lm: an already loaded model (skips loading ``config.model``).
+        store: an already opened :class:`ragpic.cache.ChunkStore` (skips ``config.store``).
+    """
+
+    def __init__(self, config: Config | None = None, *, lm: LoadedModel | None = None, store=None):
+        from .cache import open_store
+
+        self.config = config or Config()
+        self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype)
+        self.store = store or open_store(
+            self.config.store,
+            fingerprint=self.lm.fingerprint,
+            memory_bytes=self.config.memory_cache_mb << 20,
+            size_limit_bytes=int(self.config.store_size_limit_gb * (1 << 30)),
+            quant=self.config.kv_quant,
+        )
+
+    # ----- tokens and templates -------------------------------------------------------
+    @property
+    def context_window(self) -> int:
+        return self.lm.context_window
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def format_chat(self, messages: Messages) -> str:
+        """Messages -> the model's chat-template text, ending with the assistant turn opener."""
+        tok = self.lm.tokenizer
+        if not getattr(tok, "chat_template", None):
+            return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+        return tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+    def format_prompt(self, prompt: str) -> str:
+        """A completion prompt as one user turn (plus the configured system prompt)."""
+        messages = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
+        return self.format_chat(messages + [{"role": "user", "content": prompt}])
+
+    # ----- compile --------------------------------------------------------------------
+    def chunk_key(self, text: str, method: str | Method | None = None) -> str:
+        from .cache import chunk_key
+
+        recipe = parse_method(method or self.config.method).recipe
+        return chunk_key(self.lm.fingerprint, text, recipe, str(self.lm.dtype).removeprefix("torch."))
+
+    def compile(self, texts: Iterable[str], *, method: str | Method | None = None,
+                progress: bool = False) -> int:
+        """Compile and store the KV of every text not stored yet; return how many were compiled.
+
+        ``texts`` must be exactly what will appear in prompts. Shows a progress bar when
+        ``progress``; a failing chunk raises :class:`ChunkError` naming it.
+        """
+        unique = list(dict.fromkeys(t for t in texts))
+        for t in unique:
+            if not t.strip():
+                raise ChunkError("an empty (or whitespace-only) chunk cannot be compiled: drop it before ingest")
+        keys = [self.chunk_key(t, method) for t in unique]
+        present = self.store.contains_many(keys)
+        todo = [(k, t) for k, t, hit in zip(keys, unique, present) if not hit]
+        self._compile_and_store(todo, parse_method(method or self.config.method), progress=progress)
+        return len(todo)
+
+    def _compile_and_store(self, todo: list[tuple[str, str]], method: Method, *,
+                           progress: bool = False) -> dict[str, ChunkKV]:
+        if not todo:
+            return {}
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="compiling chunk KV", unit="chunk", disable=not progress)
+        out: dict[str, ChunkKV] = {}
+        step = 64  # store as we go: an interrupted ingest keeps what it finished
+        try:
+            for lo in range(0, len(todo), step):
+                part = todo[lo:lo + step]
+                ids = [self.lm.tokenizer(t, add_special_tokens=False)["input_ids"] for _, t in part]
+                try:
+                    kvs = compile_chunks(self.lm, ids, recipe=method.recipe,
+                                         batch_tokens=self.config.batch_tokens, on_progress=bar.update)
+                except ChunkError as e:
+                    i = e.index or 0
+                    raise ChunkError(f"{e} [text starts {part[i][1][:60]!r}]", lo + i) from e
+                batch = {k: (kv.to("cpu"), t) for (k, t), kv in zip(part, kvs)}
+                self.store.put_many(batch)
+                out.update({k: kv for (k, _), kv in zip(part, kvs)})
+        finally:
+            bar.close()
+        return out
+
+    # ----- segments -------------------------------------------------------------------
+    def segments(self, text: str, hints: Sequence[str] | None = None,
+                 method: str | Method | None = None) -> tuple[list[Segment], dict]:
+        """Split template-formatted prompt text into segments, loading (or compiling) chunk KV.
+
+        ``hints`` are chunk texts expected in the prompt (e.g. retrieved nodes); without
+        them (or when none is found) the store's catalog of chunk texts is searched.
+        """
+        method = parse_method(method or self.config.method)
+        matches = find_chunks(text, hints) if hints else []
+        if not matches:
+            matches = find_chunks(text, self.store.texts().values())
+        stats = {"matched": len(matches), "loaded": 0, "compiled": 0}
+        if method.kind == "full" or not matches:
+            return [text_segment(self.lm.tokenizer, text)], stats
+        keys = {m.text: self.chunk_key(m.text, method) for m in matches}
+        kvs = self.store.get_many(list(dict.fromkeys(keys.values())))
+        stats["loaded"] = len(kvs)
+        missing = [(k, t) for t, k in keys.items() if k not in kvs]
+        if missing and self.config.compile_on_miss:
+            kvs.update(self._compile_and_store(missing, method))
+            stats["compiled"] = len(missing)
+        segs: list[Segment] = []
+        for piece, is_chunk in split_prompt(text, matches):
+            kv = kvs.get(keys[piece]) if is_chunk else None
+            segs.append(chunk_segment(kv, piece) if kv is not None else text_segment(self.lm.tokenizer, piece))
+        return segs, stats
+
+    # ----- generate -------------------------------------------------------------------
+    def sampling(self, **overrides) -> Sampling:
+        base = dict(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
+                    top_p=self.config.top_p)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        if "stop" in base:
+            base["stop"] = tuple(base["stop"])
+        return Sampling(**base)
+
+    def stream(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
+               method: str | Method | None = None, chat: bool = True, **sampling) -> GenerationStream:
+        """Link the prompt and stream the answer.
+
+        Args:
+            prompt: a completion prompt (wrapped as a user turn when ``chat``), a list of
+                ``{"role", "content"}`` messages, or raw text when ``chat=False``.
+            hints: chunk texts expected in the prompt.
+            method: overrides ``config.method`` for this call.
+            sampling: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``.
+        """
+        t0 = time.perf_counter()
+        method = parse_method(method or self.config.method)
+        params = self.sampling(**sampling)
+        if isinstance(prompt, str):
+            text = self.format_prompt(prompt) if chat else prompt
+        else:
+            text = self.format_chat(prompt)
+        segs, stats = self.segments(text, hints, method)
+        res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens)
+        result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
+                            recomputed_tokens=res.recomputed, chunks_matched=stats["matched"],
+                            chunks_loaded=stats["loaded"], chunks_compiled=stats["compiled"])
+        return GenerationStream(stream_text(self.lm, self._timed(res, params, t0, result), params), result)
+
+    def generate(self, prompt: str | Messages, **kwargs) -> Generation:
+        """Like :meth:`stream`, but returns the finished :class:`Generation`."""
+        s = self.stream(prompt, **kwargs)
+        for _ in s:
+            pass
+        return s.result
+
+    def _timed(self, res: LinkResult, params: Sampling, t0: float, result: Generation) -> Iterator[int]:
+        first = True
+        for tok in decode_tokens(self.lm, res.cache, res.logits, res.num_tokens, params):
+            if first:
+                result.ttft_s = time.perf_counter() - t0
+                first = False
+            yield tok
+        if first:  # EOS straight away: the (empty) answer was known at that point
+            result.ttft_s = time.perf_counter() - t0
+
+    def link(self, segments: Sequence[Segment], method: str | Method | None = None,
+             extra_capacity: int = 0) -> LinkResult:
+        """Low-level: link already-built segments (see :mod:`ragpic.llm.linker`)."""
+        return link(self.lm, segments, method or self.config.method, extra_capacity=extra_capacity)
+
