@@ -1,0 +1,109 @@
+"""Entry format and keys: bit-exact round trips, the int8 error bound, damage detection."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+from cache_helpers import FP, make_chunk, same_kv
+from ragpic.cache import CorruptEntry, ForeignEntry, chunk_key
+from ragpic.cache.entry import decode, encode
+from ragpic.cache.keys import dtype_name
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_round_trip_is_bit_exact(dtype: torch.dtype) -> None:
+    _, kv, text = make_chunk(1, tokens=37, layers=3, heads=2, head_dim=64, dtype=dtype, recipe="bos1", base_position=1)
+    kv2, text2 = decode(encode(kv, text=text), fingerprint=FP)
+    assert same_kv(kv, kv2) and text2 == text
+    kv2.keys.add_(1)  # decoded tensors own writable memory
+    assert not torch.equal(kv.keys, kv2.keys)
+
+
+def test_empty_chunk_round_trips() -> None:
+    _, kv, text = make_chunk(2, tokens=0)
+    assert same_kv(decode(encode(kv, text=""), fingerprint=FP)[0], kv)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_int8_error_is_within_stated_bound(dtype: torch.dtype) -> None:
+    _, kv, text = make_chunk(3, tokens=64, layers=2, heads=3, head_dim=64, dtype=dtype)
+    # rows spanning 9 orders of magnitude, incl. ones whose fp16 scale is subnormal
+    mag = torch.logspace(-6, 3, 64).view(1, 1, 64, 1)
+    kv = type(kv)(kv.token_ids, (kv.keys.float() * mag).to(dtype), (kv.values.float() * mag).to(dtype),
+                  0, FP, "plain")
+    out, _ = decode(encode(kv, text=text, quant="int8"), fingerprint=FP)
+    assert out.keys.dtype == dtype and out.values.dtype == dtype
+    for orig, back in ((kv.keys, out.keys), (kv.values, out.values)):
+        x, y = orig.float(), back.float()
+        amax = x.abs().amax(-1, keepdim=True)
+        err = (y - x).abs()
+        assert bool((err <= amax / 127).all()), float((err / amax).max())  # the documented bound
+        if dtype == torch.float32:  # tight bound before any cast back to a 16-bit dtype
+            assert bool((err <= amax / 254 * (1 + 2**-7) * (1 + 2**-20)).all())
+
+
+def test_int8_entry_is_about_half_of_fp16() -> None:
+    _, kv, text = make_chunk(4, tokens=512, layers=4, heads=3, head_dim=64, dtype=torch.float16)
+    fp16, int8 = len(encode(kv, text=text)), len(encode(kv, text=text, quant="int8"))
+    assert 0.50 < int8 / fp16 < 0.53
+
+
+def test_int8_refuses_non_finite_kv() -> None:
+    _, kv, text = make_chunk(5)
+    kv.keys[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        encode(kv, text=text, quant="int8")
+
+
+def _good() -> bytes:
+    _, kv, text = make_chunk(6, tokens=16)
+    return encode(kv, text=text)
+
+
+@pytest.mark.parametrize("cut", [0, 3, 25, 60, -1, -100])
+def test_truncation_is_detected(cut: int) -> None:
+    data = _good()
+    with pytest.raises(CorruptEntry, match="truncated|short|payload"):
+        decode(data[:cut] if cut else b"", fingerprint=FP)
+
+
+@pytest.mark.parametrize("where", ["header", "payload_start", "payload_end"])
+def test_bit_flips_are_detected(where: str) -> None:
+    data = bytearray(_good())
+    pos = {"header": 40, "payload_start": len(data) - 4000, "payload_end": len(data) - 1}[where]
+    data[pos] ^= 0x10
+    with pytest.raises(CorruptEntry, match="checksum"):
+        decode(bytes(data), fingerprint=FP)
+
+
+def test_bad_magic_version_and_padding_are_detected() -> None:
+    data = _good()
+    with pytest.raises(CorruptEntry, match="magic"):
+        decode(b"XXXX" + data[4:], fingerprint=FP)
+    with pytest.raises(CorruptEntry, match="version 9"):
+        decode(data[:4] + struct.pack("<H", 9) + data[6:], fingerprint=FP)
+    with pytest.raises(CorruptEntry, match="padded"):
+        decode(data + b"\0", fingerprint=FP)
+
+
+def test_foreign_fingerprint_is_refused() -> None:
+    _, kv, text = make_chunk(7, fingerprint="other-model")
+    with pytest.raises(ForeignEntry, match="other-model"):
+        decode(encode(kv, text=text), fingerprint=FP)
+
+
+def test_chunk_key_is_content_addressed() -> None:
+    base = chunk_key(FP, "hello", "plain", "float16")
+    assert base == chunk_key(FP, "hello", "plain", torch.float16) == chunk_key(FP, "hello", "plain", "fp16")
+    assert len(base) == 64 and int(base, 16) >= 0
+    variants = [chunk_key("fp2", "hello", "plain", "float16"), chunk_key(FP, "hello ", "plain", "float16"),
+                chunk_key(FP, "hello", "bos1", "float16"), chunk_key(FP, "hello", "plain", "bfloat16")]
+    assert len({base, *variants}) == 5
+    assert chunk_key("ab", "c", "plain", "fp32") != chunk_key("a", "bc", "plain", "fp32")  # length-prefixed
+    with pytest.raises(ValueError, match="unsupported KV dtype"):
+        dtype_name("int8")
