@@ -1,0 +1,82 @@
+"""Bad input gets a clear error that says what to do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragpic.llm.compile import ChunkError, compile_chunks
+from ragpic.llm.linker import LinkError, link, parse_method
+from ragpic.llm.model import UnsupportedModelError, check_supported, wrap_model
+from ragpic.llm.segments import Segment, chunk_segment
+from tiny import tiny_config, tiny_lm, tiny_tokenizer
+
+
+def test_empty_chunk_is_refused_naming_it():
+    lm = tiny_lm()
+    with pytest.raises(ChunkError, match="chunk 1 is empty") as e:
+        compile_chunks(lm, [[5, 6], []])
+    assert e.value.index == 1
+
+
+def test_chunk_longer_than_context_is_refused():
+    lm = tiny_lm(max_position_embeddings=64)
+    with pytest.raises(ChunkError, match="more than the model's context window of 64"):
+        compile_chunks(lm, [list(range(10, 80))])
+
+
+def test_prompt_over_context_window_is_refused_not_truncated():
+    lm = tiny_lm(max_position_embeddings=64)
+    seg = Segment(token_ids=torch.arange(10, 60))
+    link(lm, [seg], "full", extra_capacity=14)  # exactly fits
+    with pytest.raises(LinkError, match="context window of 64.*refuses rather than truncating"):
+        link(lm, [seg], "full", extra_capacity=15)
+
+
+def test_kv_from_another_model_is_refused():
+    a, b = tiny_lm(seed=0), tiny_lm(seed=1)
+    assert a.fingerprint != b.fingerprint
+    kv = compile_chunks(a, [[5, 6, 7]])[0]
+    with pytest.raises(LinkError, match="compiled by another model"):
+        link(b, [Segment(token_ids=torch.tensor([9])), chunk_segment(kv), Segment(token_ids=torch.tensor([9]))],
+             "naive")
+
+
+def test_wrong_recipe_for_method_is_refused():
+    lm = tiny_lm()
+    kv = compile_chunks(lm, [[5, 6, 7]], recipe="bos4")[0]
+    with pytest.raises(LinkError, match="recipe 'bos4' but legolink-16 needs 'plain'"):
+        link(lm, [Segment(token_ids=torch.tensor([9])), chunk_segment(kv)], "legolink-16")
+
+
+def test_model_without_rope_is_refused():
+    from transformers import GPT2Config
+
+    with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported.*Supported: llama"):
+        check_supported(GPT2Config())
+
+
+@pytest.mark.parametrize("rope_type", ["yarn", "dynamic", "longrope"])
+def test_length_dependent_rope_is_refused(rope_type):
+    cfg = tiny_config("llama")
+    cfg.rope_parameters = {"rope_type": rope_type, "factor": 4.0, "rope_theta": 10000.0}
+    with pytest.raises(UnsupportedModelError, match=f"rope_type '{rope_type}'"):
+        check_supported(cfg)
+
+
+def test_wrap_model_checks_before_use():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with pytest.raises(UnsupportedModelError):
+        wrap_model(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2)), tiny_tokenizer())
+
+
+@pytest.mark.parametrize("bad", ["fast", "legolink", "legolink-x", "cacheblend-0", "cacheblend-101"])
+def test_unknown_method_lists_valid_ones(bad):
+    with pytest.raises(ValueError, match="use 'full', 'naive', 'legolink-<k>'"):
+        parse_method(bad)
+
+
+def test_empty_prompt_is_refused():
+    with pytest.raises(LinkError, match="empty"):
+        link(tiny_lm(), [Segment(token_ids=torch.zeros(0, dtype=torch.long))], "full")
