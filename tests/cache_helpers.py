@@ -71,3 +71,29 @@ def endless_writer(path: str, start: int) -> None:
             f.write(f"{s}\n")
         s += 1
         time.sleep(0)
+
+
+def die_mid_write(path: str) -> None:
+    """Store chunk 0, then SIGKILL this process halfway through writing chunk 1's value file."""
+    import signal
+
+    import diskcache.core
+
+    from ragpic.cache.store import open_store
+
+    store = open_store(path, fingerprint=FP, memory_bytes=0)
+    key, kv, text = make_chunk(0, tokens=300)
+    store.put_many({key: (kv, text)})
+
+    def half_then_die(self, full_path, iterator, mode, encoding=None):  # Disk._write's signature
+        data = b"".join(iterator)
+        os.makedirs(os.path.dirname(full_path), exist_ok=True)
+        with open(full_path, mode) as f:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            os.fsync(f.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    diskcache.core.Disk._write = half_then_die
+    key, kv, text = make_chunk(1, tokens=300)
+    store.put_many({key: (kv, text)})

@@ -1,0 +1,8 @@
+"""Store of compiled chunk KV: content-addressed keys, a checksummed entry format, and a
+memory -> disk/Redis tiered store (see :class:`ChunkStore` and :func:`open_store`)."""
+
+from ragpic.cache.entry import CorruptEntry, ForeignEntry
+from ragpic.cache.keys import chunk_key
+from ragpic.cache.store import ChunkStore, StoreStats, open_store
+
+__all__ = ["ChunkStore", "open_store", "chunk_key", "CorruptEntry", "ForeignEntry", "StoreStats"]

@@ -1,0 +1,165 @@
+"""ChunkStore over memory and diskcache: tiers, catalog, damage on disk, size limits, failures."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+
+from cache_helpers import FP, make_chunk, same_kv
+from ragpic.cache import ChunkStore, open_store
+from ragpic.cache.backends import DiskBackend, KVBackend, MemoryBackend
+from ragpic.cache.entry import encode
+
+
+def _fill(store: ChunkStore, seeds, **kw) -> dict[str, tuple]:
+    items = {}
+    for s in seeds:
+        key, kv, text = make_chunk(s, **kw)
+        items[key] = (kv, text)
+    store.put_many(items)
+    return items
+
+
+def test_backends_satisfy_protocol(tmp_path: Path) -> None:
+    disk = DiskBackend(tmp_path / "kv", fingerprint=FP)
+    assert isinstance(MemoryBackend(1 << 20), KVBackend) and isinstance(disk, KVBackend)
+    disk.close()
+
+
+def test_memory_backend_budget_and_lru_order() -> None:
+    mem = MemoryBackend(max_bytes=1000)
+    mem.put_many({"a": b"x" * 400, "b": b"y" * 400})
+    assert mem.get_many(["a"]) == [b"x" * 400]  # a is now most recent
+    mem.put_many({"c": b"z" * 400})
+    assert mem.stats()["bytes"] <= 1000 and mem.get_many(["a", "b", "c"])[1] is None
+    mem.put_many({"huge": b"h" * 2000})
+    assert not mem.contains("huge") and mem.stats()["bytes"] <= 1000
+
+
+def test_memory_store_hits_and_budget() -> None:
+    store = open_store("memory", fingerprint=FP, memory_bytes=3 * 4300)  # ~3 chunks of 4.2 KiB
+    items = _fill(store, range(5))
+    got = store.get_many(list(items))
+    assert 2 <= len(got) <= 3 and all(same_kv(kv, items[k][0]) for k, kv in got.items())
+    st = store.stats()
+    assert st.memory_hits == len(got) and st.misses == 5 - len(got) and st.puts == 5
+    assert set(store.texts()) == set(got)
+    store.reset_stats()
+    assert store.stats().memory_hits == 0
+
+
+def test_disk_store_survives_restart_with_catalog(tmp_path: Path) -> None:
+    path = tmp_path / "index" / "kv"
+    store = open_store(path, fingerprint=FP, recipes=["plain"])
+    items = _fill(store, range(6), tokens=300)  # > 32 KiB: stored as files
+    store.close()
+    store = open_store(path, fingerprint=FP, memory_bytes=0)
+    assert store.texts() == {k: t for k, (_, t) in items.items()}
+    assert store.contains_many(list(items) + ["nope"]) == [True] * 6 + [False]
+    got = store.get_many(list(items))
+    assert all(same_kv(got[k], kv) for k, (kv, _) in items.items())
+    st = store.stats()
+    assert st.backend_hits == 6 and st.bytes_read > 6 * 300 * 2 * 2 * 16 * 4 * 2 and st.corrupt == 0
+    man = store.backend.manifest()
+    assert man["fingerprint"] == FP and man["recipes"] == ["plain"] and man["format_version"] == 1
+    store.close()
+    other = open_store(path, fingerprint="other-model")  # allowed: keys are content-addressed
+    assert other.backend.manifest()["fingerprint"] == FP and other.texts() == {}
+    assert other.get_many(list(items)) == {}
+    other.close()
+
+
+def test_int8_store_round_trip(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "kv", fingerprint=FP, quant="int8")
+    items = _fill(store, [1], tokens=64, head_dim=64)
+    hot = store.get_many(list(items))
+    store.clear_memory()
+    cold = store.get_many(list(items))
+    ((key, (kv, _)),) = items.items()
+    assert torch.equal(hot[key].keys, cold[key].keys)  # same answer from either tier
+    assert float((cold[key].keys - kv.keys).abs().max()) <= float(kv.keys.abs().max()) / 127
+    store.close()
+
+
+def _value_file(path: Path, key: str) -> Path:
+    con = sqlite3.connect(path / "kv" / "cache.db")
+    (name,) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchone()
+    con.close()
+    return path / "kv" / name
+
+
+def _damage(path: Path, key: str, how: str) -> None:
+    if how == "truncate":
+        f = _value_file(path, key)
+        f.write_bytes(f.read_bytes()[:-1000])
+    elif how == "flip_file":
+        f = _value_file(path, key)
+        data = bytearray(f.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        f.write_bytes(bytes(data))
+    elif how == "flip_sqlite":  # small entries live inline in cache.db
+        con = sqlite3.connect(path / "kv" / "cache.db")
+        (blob,) = con.execute("SELECT value FROM Cache WHERE key = ?", (key,)).fetchone()
+        data = bytearray(blob)
+        data[-3] ^= 0x80
+        con.execute("UPDATE Cache SET value = ? WHERE key = ?", (bytes(data), key))
+        con.commit()
+        con.close()
+    elif how in ("foreign", "misfiled"):
+        seed_fp = "other-model" if how == "foreign" else FP
+        _, kv, text = make_chunk(99, tokens=300, fingerprint=seed_fp)
+        backend = DiskBackend(path)
+        backend.put_many({key: encode(kv, text=text)})
+        backend.close()
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip_file", "flip_sqlite", "foreign", "misfiled"])
+def test_damaged_disk_entry_is_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str) -> None:
+    tokens = 4 if how == "flip_sqlite" else 300
+    store = open_store(tmp_path, fingerprint=FP, memory_bytes=0)
+    items = _fill(store, [1, 2], tokens=tokens)
+    bad, good = list(items)
+    store.close()
+    _damage(tmp_path, bad, how)
+    store = open_store(tmp_path, fingerprint=FP, memory_bytes=0)
+    with caplog.at_level(logging.WARNING, logger="ragpic.cache"):
+        got = store.get_many([bad, good])
+    assert list(got) == [good] and same_kv(got[good], items[good][0])
+    assert any(bad in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    st = store.stats()
+    assert st.corrupt == 1 and st.misses == 1 and st.backend_hits == 1
+    assert not store.backend.contains(bad) and bad not in store.texts(refresh=True)
+    assert store.get_many([bad]) == {}  # now a plain miss: the engine recompiles it
+    store.close()
+
+
+def test_disk_size_limit_evicts_least_recently_used(tmp_path: Path) -> None:
+    limit = 1 << 20  # diskcache culls up to 10 least recently used entries per write past it
+    store = open_store(tmp_path, fingerprint=FP, memory_bytes=0, size_limit_bytes=limit)
+    keys: list[str] = []
+    for s in range(60):
+        keys += list(_fill(store, [s], tokens=64))  # ~33 KiB per entry, stored as a file
+        store.get_many(keys[:1])  # keep the first entry recently used
+        assert store.backend.stats()["volume_bytes"] <= limit
+    assert store.backend.stats()["entries"] < 35
+    store.reset_stats()
+    got = store.get_many(keys)
+    assert keys[0] in got and keys[1] not in got  # LRU kept the hot one, evicted old ones
+    assert store.stats().misses == 60 - len(got) > 20
+    assert set(store.texts(refresh=True)) == set(got)  # evicted rows pruned from the catalog
+    store.close()
+
+
+def test_unusable_folder_degrades_to_memory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.WARNING, logger="ragpic.cache"):
+        store = open_store(blocker / "kv", fingerprint=FP)
+    assert store.backend is None and store.stats().errors == 1
+    assert "unusable" in caplog.text
+    items = _fill(store, [1])
+    assert set(store.get_many(list(items))) == set(items)
