@@ -167,8 +167,10 @@ class RagPic:
         if not matches:
             matches = find_chunks(text, self.store.texts().values())
         stats = {"matched": len(matches), "loaded": 0, "compiled": 0}
-        if method.kind == "full" or not matches:
+        if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
+        if method.kind == "full":  # the same token sequence the linked methods see (DESIGN 3), all computed
+            return [text_segment(self.lm.tokenizer, p) for p, _ in split_prompt(text, matches)], stats
         keys = {m.text: self.chunk_key(m.text, method) for m in matches}
         kvs = self.store.get_many(list(dict.fromkeys(keys.values())))
         stats["loaded"] = len(kvs)
