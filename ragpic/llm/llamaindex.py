@@ -1,0 +1,368 @@
+"""LlamaIndex LLM over :class:`ragpic.RagPic`, and a synthesizer that never re-splits nodes.
+
+::
+
+    engine = RagPic(Config(store=kv_folder("idx")))
+    llm = RagPicLLM(engine, max_new_tokens=128)
+    query_engine = make_query_engine(index, llm, similarity_top_k=4)   # or index.as_query_engine(llm=llm)
+    print(query_engine.query("Who ...?"))
+
+Every call formats the messages with the model's chat template, finds the retrieved
+nodes' exact texts in it (retrieval hints, see :mod:`ragpic.retriever_hooks.llamaindex`),
+loads their KV from the store and links; everything else in the prompt is computed. The
+generation's statistics (``ttft_s``, ``chunks_loaded``, ...) are in each response's
+``additional_kwargs`` and in :attr:`RagPicLLM.last_generation`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.indices.prompt_helper import PromptHelper
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.custom import CustomLLM
+from llama_index.core.prompts.prompt_utils import get_biggest_prompt
+from llama_index.core.response_synthesizers import CompactAndRefine
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from ragpic.retriever_hooks.llamaindex import current_hints, install_retrieval_hints, node_text
+
+if TYPE_CHECKING:
+    from ragpic.engine import Generation, GenerationStream, RagPic
+
+log = logging.getLogger("ragpic.llamaindex")
+
+__all__ = ["ContextOverflowError", "RagPicLLM", "RagPicSynthesizer", "make_query_engine"]
+
+_END = object()
+
+
+class ContextOverflowError(ValueError):
+    """The prompt plus the tokens to generate do not fit the model's context window."""
+
+
+def _stats(g: "Generation") -> dict[str, Any]:
+    d = dataclasses.asdict(g)
+    d.pop("text", None)
+    d.pop("token_ids", None)
+    return d
+
+
+class RagPicLLM(CustomLLM):
+    """A LlamaIndex chat LLM that links cached chunk KV instead of prefilling it.
+
+    Args:
+        engine: the :class:`ragpic.RagPic` to generate with (model + KV store).
+        max_new_tokens: tokens to generate per call (default: the engine's config).
+        temperature, top_p: sampling (default: the engine's config; 0 = greedy).
+        method: link method override (default: the engine's ``config.method``).
+        use_hints: pass retrieved node texts to the engine (see
+            :mod:`ragpic.retriever_hooks.llamaindex`); the prompt is searched for stored chunks
+            either way.
+        system_prompt: LlamaIndex's usual system prompt (added by ``predict`` and by
+            :meth:`complete`).
+
+    Per-call keyword overrides: ``max_new_tokens`` (or ``max_tokens``), ``temperature``,
+    ``top_p``, ``top_k``, ``stop``, ``seed``, ``method``, ``hints``.
+    """
+
+    max_new_tokens: int = Field(default=256, gt=0, description="Tokens to generate per call.")
+    temperature: float = Field(default=0.0, ge=0.0, description="0 is greedy decoding.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    method: str | None = Field(default=None, description="Link method; the engine's when None.")
+    use_hints: bool = Field(default=True, description="Pass retrieved node texts to the engine.")
+    model_name: str = Field(default="", description="The model's name.")
+
+    _engine: Any = PrivateAttr()
+    _last: Any = PrivateAttr(default=None)
+
+    def __init__(self, engine: "RagPic", *, max_new_tokens: int | None = None, temperature: float | None = None,
+                 top_p: float | None = None, method: str | None = None, **kwargs: Any):
+        cfg = engine.config
+        super().__init__(
+            max_new_tokens=max_new_tokens if max_new_tokens is not None else cfg.max_new_tokens,
+            temperature=temperature if temperature is not None else cfg.temperature,
+            top_p=top_p if top_p is not None else cfg.top_p,
+            method=method,
+            model_name=kwargs.pop("model_name", None) or str(engine.lm.name),
+            **kwargs,
+        )
+        self._engine = engine
+        install_retrieval_hints()
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RagPicLLM"
+
+    # ----- facts ------------------------------------------------------------------------
+    @property
+    def engine(self) -> "RagPic":
+        return self._engine
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(
+            context_window=self._engine.context_window,
+            num_output=self.max_new_tokens,
+            is_chat_model=True,
+            is_function_calling_model=False,
+            model_name=self.model_name,
+        )
+
+    @property
+    def last_generation(self) -> "Generation | None":
+        """The :class:`ragpic.engine.Generation` of the latest call (filled as it streams)."""
+        return self._last
+
+    def token_ids(self, text: str) -> list[int]:
+        """The model's token ids of ``text`` (no special tokens): LlamaIndex's ``tokenizer``."""
+        return self._engine.lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # ----- the one code path ------------------------------------------------------------
+    def _messages(self, messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+        out = []
+        for m in messages:
+            role = m.role.value if isinstance(m.role, MessageRole) else str(m.role)
+            out.append({"role": role, "content": m.content or ""})
+        return out
+
+    def _prompt_messages(self, prompt: str) -> list[dict[str, str]]:
+        system = self.system_prompt or self._engine.config.system_prompt
+        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+
+    def _start(self, messages: list[dict[str, str]], kwargs: dict[str, Any],
+               hints: Sequence[str] | None) -> "GenerationStream":
+        """Format, check the fit, link (the prompt's work happens here), return the stream."""
+        engine = self._engine
+        hints = kwargs.pop("hints", hints)
+        max_new = kwargs.get("max_new_tokens") or kwargs.get("max_tokens") or self.max_new_tokens
+        text = engine.format_chat(messages)
+        n = engine.count_tokens(text)
+        if n + max_new > engine.context_window:
+            raise ContextOverflowError(
+                f"the prompt has {n} tokens and {max_new} are to be generated, but the model's context "
+                f"window is {engine.context_window}: retrieve fewer or smaller nodes (make_query_engine "
+                f"drops the lowest-scored nodes that do not fit) or lower max_new_tokens")
+        stream = engine.stream(
+            text, chat=False, hints=list(hints) if hints else None,
+            method=kwargs.get("method") or self.method,
+            max_new_tokens=max_new,
+            temperature=kwargs.get("temperature", self.temperature),
+            top_p=kwargs.get("top_p", self.top_p),
+            top_k=kwargs.get("top_k"),
+            stop=kwargs.get("stop"),
+            seed=kwargs.get("seed"),
+        )
+        self._last = stream.result
+        return stream
+
+    def _hints(self) -> tuple[str, ...] | None:
+        return current_hints() if self.use_hints else None
+
+    def _run(self, messages: list[dict[str, str]], kwargs: dict[str, Any], hints) -> "Generation":
+        stream = self._start(messages, kwargs, hints)
+        for _ in stream:
+            pass
+        return stream.result
+
+    # ----- completion -------------------------------------------------------------------
+    def _complete(self, prompt: str, kwargs: dict[str, Any], hints) -> CompletionResponse:
+        g = self._run(self._prompt_messages(prompt), kwargs, hints)
+        return CompletionResponse(text=g.text, additional_kwargs=_stats(g))
+
+    def _stream_complete(self, prompt: str, kwargs: dict[str, Any], hints) -> CompletionResponseGen:
+        stream = self._start(self._prompt_messages(prompt), kwargs, hints)
+
+        def gen() -> CompletionResponseGen:
+            text = ""
+            for delta in stream:
+                text += delta
+                yield CompletionResponse(text=text, delta=delta, additional_kwargs=_stats(stream.result))
+
+        return gen()
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Answer ``prompt`` as one user turn (the answer only, never the prompt)."""
+        return self._complete(prompt, kwargs, self._hints())
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        return self._stream_complete(prompt, kwargs, self._hints())
+
+    # ----- chat -------------------------------------------------------------------------
+    def _chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any], hints) -> ChatResponse:
+        g = self._run(self._messages(messages), kwargs, hints)
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=g.text),
+                            additional_kwargs=_stats(g))
+
+    def _stream_chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any], hints) -> ChatResponseGen:
+        stream = self._start(self._messages(messages), kwargs, hints)
+
+        def gen() -> ChatResponseGen:
+            text = ""
+            for delta in stream:
+                text += delta
+                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=delta,
+                                   additional_kwargs=_stats(stream.result))
+
+        return gen()
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return self._chat(messages, kwargs, self._hints())
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        return self._stream_chat(messages, kwargs, self._hints())
+
+    # ----- async: the work runs in a worker thread, the event loop stays free ----------
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return await asyncio.to_thread(self._complete, prompt, kwargs, self._hints())
+
+    @llm_completion_callback()
+    async def astream_complete(self, prompt: str, formatted: bool = False,
+                               **kwargs: Any) -> CompletionResponseAsyncGen:
+        sync_gen = await asyncio.to_thread(self._stream_complete, prompt, kwargs, self._hints())
+        return _athreaded(sync_gen)
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return await asyncio.to_thread(self._chat, messages, kwargs, self._hints())
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        sync_gen = await asyncio.to_thread(self._stream_chat, messages, kwargs, self._hints())
+        return _athreaded(sync_gen)
+
+
+async def _athreaded(sync_gen) -> AsyncIterator[Any]:
+    """Drive a blocking generator from worker threads, one item per hop (each decode step
+    runs off the event loop; abandoning the iterator stops generation)."""
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            item = await loop.run_in_executor(None, next, sync_gen, _END)
+            if item is _END:
+                return
+            yield item
+    finally:
+        sync_gen.close()
+
+
+# ----- synthesis without re-splitting ------------------------------------------------------
+
+
+class RagPicSynthesizer(CompactAndRefine):
+    """The ``compact`` synthesizer, but node texts are never re-split.
+
+    LlamaIndex's ``compact`` mode re-splits the joined node texts whenever its token count
+    (tiktoken by default) says they do not fit one prompt, and a re-split node no longer
+    matches its cached KV. This synthesizer counts with the model's own tokenizer and, when
+    the retrieved nodes do not fit the context window (minus the answer's tokens and the
+    template), drops whole nodes, lowest score first (``on_overflow="drop"``, logged), or
+    raises :class:`ContextOverflowError` (``on_overflow="error"``). The kept nodes stay in
+    retrieval order and end up in one prompt, joined by ``"\\n\\n"`` exactly like ``compact``.
+    ``response.source_nodes`` lists the nodes actually used.
+    """
+
+    def __init__(self, llm: RagPicLLM, *, on_overflow: str = "drop", prompt_helper: PromptHelper | None = None,
+                 **kwargs: Any) -> None:
+        if on_overflow not in ("drop", "error"):
+            raise ValueError(f"on_overflow must be 'drop' or 'error', got {on_overflow!r}")
+        prompt_helper = prompt_helper or PromptHelper.from_llm_metadata(llm.metadata, tokenizer=llm.token_ids)
+        super().__init__(llm=llm, prompt_helper=prompt_helper, **kwargs)
+        self._on_overflow = on_overflow
+        self._count: Callable[[str], list] = llm.token_ids
+
+    def _budget(self, query_str: str) -> int:
+        """Tokens the joined node texts may take, as ``PromptHelper.repack`` computes it."""
+        qa = self._text_qa_template.partial_format(query_str=query_str)
+        refine = self._refine_template.partial_format(query_str=query_str)
+        return self._prompt_helper._get_available_chunk_size(  # the number repack splits at
+            get_biggest_prompt([qa, refine]), 1, padding=self._response_padding_size, llm=self._llm)
+
+    def _fits(self, texts: Sequence[str], budget: int) -> bool:
+        return len(self._count("\n\n".join(texts))) <= budget
+
+    def fit_nodes(self, query: str | QueryBundle, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        """The nodes that fit one prompt: all of them, or the best-scored ones in their order."""
+        query_str = query.query_str if isinstance(query, QueryBundle) else query
+        budget = self._budget(query_str)
+        keep = list(nodes)
+        if self._fits([node_text(n) for n in keep], budget):
+            return keep
+        total = len(self._count("\n\n".join(node_text(n) for n in keep)))
+        if self._on_overflow == "error":
+            raise ContextOverflowError(
+                f"{len(keep)} retrieved nodes take {total} tokens but only {budget} fit the prompt "
+                f"(context window {self._llm.metadata.context_window}, {self._llm.metadata.num_output} "
+                f"for the answer): retrieve fewer nodes or use on_overflow='drop'")
+        by_score = sorted(range(len(keep)), key=lambda i: (keep[i].score if keep[i].score is not None
+                                                           else float("-inf"), -i))
+        dropped = set()
+        for i in by_score:
+            if len(dropped) == len(keep) - 1:
+                break
+            dropped.add(i)
+            if self._fits([node_text(n) for j, n in enumerate(keep) if j not in dropped], budget):
+                break
+        kept = [n for j, n in enumerate(keep) if j not in dropped]
+        if not self._fits([node_text(n) for n in kept], budget):
+            raise ContextOverflowError(
+                f"the best retrieved node alone takes {len(self._count(node_text(kept[0])))} tokens but only "
+                f"{budget} fit the prompt: use smaller chunks or a lower max_new_tokens")
+        log.warning("dropped %d of %d retrieved nodes (lowest scores) to fit the context window "
+                    "(%d tokens available, %d needed)", len(dropped), len(keep), budget, total)
+        return kept
+
+    def _make_compact_text_chunks(self, query_str: str, text_chunks: Sequence[str]) -> list[str]:
+        texts = [c.strip() for c in text_chunks if c.strip()]
+        budget = self._budget(query_str)
+        joined = "\n\n".join(texts)
+        if len(self._count(joined)) > budget:  # get_response called directly with too much text
+            raise ContextOverflowError(
+                f"the context texts take {len(self._count(joined))} tokens but only "
+                f"{budget} fit the prompt; RagPicSynthesizer never re-splits them: pass fewer texts")
+        return [joined]
+
+    def synthesize(self, query, nodes: list[NodeWithScore], additional_source_nodes=None, **kwargs: Any):
+        return super().synthesize(query, self.fit_nodes(query, nodes) if nodes else nodes,
+                                  additional_source_nodes, **kwargs)
+
+    async def asynthesize(self, query, nodes: list[NodeWithScore], additional_source_nodes=None, **kwargs: Any):
+        return await super().asynthesize(query, self.fit_nodes(query, nodes) if nodes else nodes,
+                                         additional_source_nodes, **kwargs)
+
+
+_SYNTH_KWARGS = ("text_qa_template", "refine_template", "verbose", "output_cls", "streaming")
+
+
+def make_query_engine(index: Any, llm: RagPicLLM, *, on_overflow: str = "drop", **kwargs: Any) -> Any:
+    """``index.as_query_engine(llm=llm, ...)`` with a :class:`RagPicSynthesizer`, so node texts
+    reach the prompt intact (every retrieved node can be linked from the store).
+
+    ``text_qa_template``, ``refine_template``, ``streaming``, ``verbose`` and ``output_cls`` go
+    to the synthesizer; everything else (``similarity_top_k``, ``node_postprocessors``, ...)
+    to ``as_query_engine``.
+    """
+    synth_kw = {k: kwargs.pop(k) for k in _SYNTH_KWARGS if k in kwargs}
+    synth = RagPicSynthesizer(llm, on_overflow=on_overflow, **synth_kw)
+    return index.as_query_engine(llm=llm, response_synthesizer=synth, **kwargs)
