@@ -1,0 +1,258 @@
+"""``ragpic bench``: link TTFT of every method vs context length, with FLOP limits and memory.
+
+For each context length ``T`` the prompt is ``T - query_tokens`` tokens of haystack text
+(the Paul Graham essays, or any text) cut into ``chunk_tokens``-token cached chunks,
+followed by ``query_tokens`` tokens of uncached query. Every method links that same token
+sequence; repeats are interleaved (the method order rotates each repeat) and medians are
+reported, so background load hits every method alike.
+
+``flop_limit_ratio`` is FLOPs(full prefill) / FLOPs(the method's link), counted from the
+model config as in DESIGN.md section 5, generalised: per layer and recomputed token,
+``2 x (linear params of the layer)`` plus ``4 x heads x head_dim x (p + 1)`` for causal
+attention at position ``p``; plus the LM head for the one last token. It is the speed-up a
+method would get if every FLOP ran at the same rate; the measured ratio shows how close the
+code comes.
+
+``peak_mem_mb`` is the peak of memory allocated *by the link step* above what was live
+before it (the model and the compiled chunks are not counted): ``torch.cuda.max_memory_allocated``
+on CUDA; on the CPU, the tensor allocation timeline of ``torch.profiler`` (profile_memory):
+every tensor allocated through PyTorch's allocator during the step, kernel temporaries
+included, but not memory that oneDNN/BLAS obtain from malloc themselves. The profiled pass
+is separate from the timed ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from ..llm.linker import link, parse_method, recompute_mask
+from ..llm.model import LoadedModel
+from ..llm.segments import Segment, chunk_segment, segment_starts
+from . import scoring
+from .data import load_haystack
+from .evaluate import compile_for, normalize_methods
+
+DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-16", "cacheblend-15")
+QUERY_TEXT = "\n\nQuestion: what is the one idea that connects all of these essays, and why does it matter? "
+_CACHEBLEND_FULL_LAYERS = 2  # layers 0 and 1 see every token (ragpic.llm.cacheblend)
+
+
+# ----------------------------------------------------------------------------- FLOPs
+def _cfg_sizes(lm: LoadedModel) -> dict:
+    cfg = lm.model.config
+    h = int(cfg.hidden_size)
+    nh = int(cfg.num_attention_heads)
+    hd = int(lm.head_dim)
+    kv = int(lm.num_kv_heads)
+    inter = int(getattr(cfg, "intermediate_size", 4 * h))
+    linear = h * nh * hd + 2 * h * kv * hd + nh * hd * h + 3 * h * inter  # q, k, v, o + gated MLP
+    return {"linear_params": linear, "attn_width": nh * hd, "hidden": h, "vocab": int(cfg.vocab_size),
+            "layers": lm.num_layers}
+
+
+def link_flops(lm: LoadedModel, positions_per_layer: Sequence[tuple[int, float]]) -> float:
+    """FLOPs of a forward where layer ``l`` runs ``count_l`` tokens whose causal key counts sum to ``kv_l``.
+
+    Args:
+        positions_per_layer: one ``(count, sum of (p + 1))`` per layer.
+    """
+    s = _cfg_sizes(lm)
+    total = 2.0 * s["hidden"] * s["vocab"]  # LM head, last token only
+    for count, kv_sum in positions_per_layer:
+        total += 2.0 * s["linear_params"] * count + 4.0 * s["attn_width"] * kv_sum
+    return total
+
+
+def method_flops(lm: LoadedModel, segments: Sequence[Segment], method: str) -> float:
+    """FLOP count of linking ``segments`` with ``method`` (causal attention counted exactly).
+
+    For ``cacheblend-r`` the selected tokens depend on the data; the count assumes they are
+    spread evenly over the chunk tokens (so their attention cost is ``r`` of the chunks').
+    """
+    m = parse_method(method)
+    n = sum(s.num_tokens for s in segments)
+    everyone = (n, n * (n + 1) / 2)
+    if m.kind == "full":
+        return link_flops(lm, [everyone] * lm.num_layers)
+    rec = recompute_mask(segments, m)
+    pos = rec.nonzero().squeeze(1).double() + 1
+    if m.kind != "cacheblend":
+        return link_flops(lm, [(int(rec.sum()), float(pos.sum()))] * lm.num_layers)
+    cand = (~rec).nonzero().squeeze(1).double() + 1
+    k = math.ceil(m.ratio * cand.numel())
+    deep = (int(rec.sum()) + k, float(pos.sum()) + m.ratio * float(cand.sum()))
+    full_layers = min(_CACHEBLEND_FULL_LAYERS, lm.num_layers)
+    return link_flops(lm, [everyone] * full_layers + [deep] * (lm.num_layers - full_layers))
+
+
+# ----------------------------------------------------------------------------- memory
+def link_peak_memory_mb(lm: LoadedModel, segments: Sequence[Segment], method: str) -> tuple[float, str]:
+    """(peak MB allocated by one link of ``method``, how it was measured)."""
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
+        base = torch.cuda.memory_allocated(lm.device)
+        torch.cuda.reset_peak_memory_stats(lm.device)
+        res = link(lm, segments, method)
+        peak = torch.cuda.max_memory_allocated(lm.device) - base
+        del res
+        return peak / 2**20, "cuda.max_memory_allocated"
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler._memory_profiler import MemoryProfileTimeline
+    except ImportError:  # pragma: no cover - very old or stripped torch
+        return float("nan"), "unavailable"
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                 with_stack=True) as prof:
+        res = link(lm, segments, method)
+        del res
+    cur = peak = 0
+    for _, action, _, size in MemoryProfileTimeline(prof._memory_profile()).timeline:
+        name = getattr(action, "name", str(action))
+        if name == "CREATE":
+            cur += size
+        elif name == "DESTROY":
+            cur -= size
+        peak = max(peak, cur)
+    return peak / 2**20, "torch.profiler allocation timeline (CPU)"
+
+
+# ----------------------------------------------------------------------------- prompts
+def bench_prompt(tokens: Sequence[int], query_ids: Sequence[int], context_tokens: int,
+                 chunk_tokens: int) -> tuple[list[list[int]], list[int]]:
+    """(chunk ids, query ids) of a ``context_tokens``-token prompt cut from ``tokens``."""
+    body = context_tokens - len(query_ids)
+    if body < 1:
+        raise ValueError(f"context of {context_tokens} tokens leaves no room beside {len(query_ids)} query tokens")
+    src = list(tokens)
+    while len(src) < body:
+        src += list(tokens)
+    body_ids = src[:body]
+    return [body_ids[i:i + chunk_tokens] for i in range(0, body, chunk_tokens)], list(query_ids)
+
+
+def query_ids(tokenizer, n: int) -> list[int]:
+    ids = tokenizer(QUERY_TEXT, add_special_tokens=False)["input_ids"]
+    while len(ids) < n:
+        ids = ids + ids
+    return ids[:n]
+
+
+# ----------------------------------------------------------------------------- bench
+def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | Path | None = None,
+              context_tokens: Sequence[int] = (1024, 2048, 4096, 8192), chunk_tokens: int = 512, k: int = 16,
+              query_tokens: int = 32, repeats: int = 5, methods: Sequence[str] | str | None = None,
+              measure_memory: bool = True, progress: Callable[[str], None] | None = None) -> dict:
+    """Time every method at every context length. Returns ``{"config", "rows"}``.
+
+    ``legolink-K`` in ``methods`` is taken as given; ``k`` replaces the K of a bare
+    ``legolink`` entry (the default list's ``legolink-16`` follows ``--k``).
+    """
+    raw = methods if methods is not None else [m if m != "legolink-16" else f"legolink-{k}" for m in DEFAULT_METHODS]
+    if isinstance(raw, str):
+        raw = [m for m in raw.split(",") if m.strip()]
+    methods = normalize_methods([f"legolink-{k}" if m.strip().lower() == "legolink" else m for m in raw])
+    if text is None:
+        if haystack_dir is None:
+            raise ValueError("bench needs the haystack folder or a text")
+        text = load_haystack(haystack_dir)
+    tokens = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    q_ids = query_ids(lm.tokenizer, query_tokens)
+    memo: dict = {}
+    rows = []
+    mem_how = None
+    for li, T in enumerate(context_tokens):
+        if T > lm.context_window:
+            raise ValueError(f"context of {T} tokens exceeds the model's window of {lm.context_window}")
+        chunks, q = bench_prompt(tokens, q_ids, T, chunk_tokens)
+        kvs = compile_for(lm, chunks, methods, memo)
+        segs = {r: [chunk_segment(kv) for kv in kv_list] + [Segment(torch.tensor(q, dtype=torch.long))]
+                for r, kv_list in kvs.items()}
+        seg_of = {m: segs[parse_method(m).recipe] for m in methods}
+        if li == 0:  # warm every code path once (allocator, kernels), untimed
+            for m in methods:
+                link(lm, seg_of[m], m)
+        times: dict[str, list[float]] = {m: [] for m in methods}
+        recomputed = {}
+        for rep in range(repeats):
+            order = methods[rep % len(methods):] + methods[:rep % len(methods)]
+            for m in order:
+                res = link(lm, seg_of[m], m)
+                times[m].append(res.seconds)
+                recomputed[m] = res.recomputed
+                del res
+        full_flops = method_flops(lm, seg_of["full"], "full")
+        medians = {m: scoring.median(times[m]) for m in methods}
+        for m in methods:
+            mem = float("nan")
+            if measure_memory:
+                mem, mem_how = link_peak_memory_mb(lm, seg_of[m], m)
+            fl = method_flops(lm, seg_of[m], m)
+            rows.append({
+                "context_tokens": T, "method": m, "ttft_median_s": medians[m],
+                "ratio_vs_full": medians["full"] / medians[m] if medians[m] > 0 else float("nan"),
+                "flop_limit_ratio": full_flops / fl, "peak_mem_mb": mem, "ttft_s": times[m],
+                "recomputed_tokens": recomputed[m], "gflops": fl / 1e9, "chunks": len(chunks),
+            })
+        if progress:
+            progress(f"{T} tokens: " + "  ".join(f"{m} {medians[m]:.3f}s" for m in methods))
+        # keep only what the next (longer) prompt reuses: its full-size leading chunks
+        keep = {(r, tuple(c)) for r in kvs for c in chunks[:-1]}
+        for key in [key for key in memo if key not in keep]:
+            del memo[key]
+    return {"config": {"context_tokens": list(context_tokens), "chunk_tokens": chunk_tokens, "k": k,
+                       "query_tokens": query_tokens, "repeats": repeats, "methods": methods, "model": lm.name,
+                       "device": str(lm.device), "dtype": str(lm.dtype), "torch_threads": torch.get_num_threads(),
+                       "peak_mem_method": mem_how},
+            "rows": rows}
+
+
+def format_table(result: dict) -> str:
+    head = f"{'ctx':>6} {'method':<15}{'ttft_s':>9}{'speedup':>9}{'flop_lim':>9}{'recomp':>8}{'peak_MB':>9}"
+    lines = [head, "-" * len(head)]
+    for r in result["rows"]:
+        lines.append(f"{r['context_tokens']:>6} {r['method']:<15}{r['ttft_median_s']:>9.3f}{r['ratio_vs_full']:>8.1f}x"
+                     f"{r['flop_limit_ratio']:>8.1f}x{r['recomputed_tokens']:>8}{r['peak_mem_mb']:>9.1f}")
+    return "\n".join(lines)
+
+
+def plot_bench(result: dict, path: str | Path) -> Path:
+    """TTFT, speed-up (with FLOP limits dashed) and peak link memory vs context length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = result["config"]["methods"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for i, m in enumerate(methods):
+        rs = [r for r in result["rows"] if r["method"] == m]
+        x = [r["context_tokens"] for r in rs]
+        color = f"C{i}"
+        axes[0].plot(x, [r["ttft_median_s"] for r in rs], "o-", color=color, label=m)
+        if m != "full":
+            axes[1].plot(x, [r["ratio_vs_full"] for r in rs], "o-", color=color, label=f"{m} measured")
+            axes[1].plot(x, [r["flop_limit_ratio"] for r in rs], "--", color=color, alpha=0.6)
+        axes[2].plot(x, [r["peak_mem_mb"] for r in rs], "o-", color=color, label=m)
+    for ax, title, ylabel in ((axes[0], "link TTFT (median)", "seconds"),
+                              (axes[1], "speed-up vs full (dashed: FLOP limit)", "x faster than full"),
+                              (axes[2], "peak memory of the link step", "MiB")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context tokens")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=7)
+    cfg = result["config"]
+    fig.suptitle(f"ragpic bench: {cfg['model']} on {cfg['device']} ({cfg['dtype']}, {cfg['torch_threads']} threads), "
+                 f"{cfg['chunk_tokens']}-token chunks, {cfg['query_tokens']}-token query")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,256 @@
+"""``ragpic eval``: accuracy and fidelity to ``full`` of every link method on QA data.
+
+For each question the passages are compiled once per compile recipe (``plain``, and
+``bos4`` when ``legolink-0`` is asked for); every method then links the *same* token
+sequence, answers greedily, and is teacher-forced with ``full``'s answer:
+
+- gold F1 / EM (LongBench normalisation, max over gold answers);
+- ``f1_vs_full``: F1 of the method's answer against ``full``'s answer;
+- ``top1_vs_full`` / ``cos_vs_full``: argmax agreement and cosine of the first-token logits;
+- ``tf_top1_vs_full`` / ``tf_kl_vs_full``: feed ``full``'s answer (and the token after it)
+  through the method's linked cache; per-position argmax agreement with ``full`` and
+  KL(full || method), averaged per question, then over questions (bootstrap 95% interval
+  over questions);
+- ``ttft_median_s``: median link time (the prefill that precedes the first token; compile is
+  done ahead of time and excluded, which is the point of PIC); ``ttft_ratio_vs_full`` is
+  ``full``'s median divided by the method's (a speed-up: 10 means 10x faster).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..llm.compile import compile_chunks
+from ..llm.generate import Sampling, decode_tokens
+from ..llm.kv import ChunkKV
+from ..llm.linked_cache import additive_mask, forward_with_cache
+from ..llm.linker import LinkResult, link, parse_method
+from ..llm.model import LoadedModel
+from ..llm.segments import Segment, chunk_segment, text_segment
+from . import scoring
+from .data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
+
+DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
+METRIC_KEYS = ("f1", "em", "f1_vs_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full", "tf_kl_vs_full",
+               "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens", "context_tokens")
+
+
+def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str] = DEFAULT_METHODS) -> list[str]:
+    """Canonical method names, ``full`` first (every fidelity measure needs it), no repeats."""
+    if isinstance(methods, str):
+        methods = [m for m in methods.split(",") if m.strip()]
+    names = [parse_method(m).name for m in (methods or default)]
+    out = ["full"] + [m for m in names if m != "full"]
+    return list(dict.fromkeys(out))
+
+
+def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Sequence[str],
+                memo: dict | None = None) -> dict[str, list[ChunkKV]]:
+    """Compiled KV of every chunk, per recipe the methods need. ``memo`` reuses identical chunks."""
+    out = {}
+    for recipe in dict.fromkeys(parse_method(m).recipe for m in methods):
+        if memo is None:
+            out[recipe] = compile_chunks(lm, chunk_ids, recipe=recipe)
+            continue
+        keys = [(recipe, tuple(c)) for c in chunk_ids]
+        missing = list(dict.fromkeys(k for k in keys if k not in memo))
+        if missing:
+            for k, kv in zip(missing, compile_chunks(lm, [list(k[1]) for k in missing], recipe=recipe)):
+                memo[k] = kv
+        out[recipe] = [memo[k] for k in keys]
+    return out
+
+
+def build_segments(tokenizer, prefix: str, kvs: Sequence[ChunkKV], suffix: str, glue: str | None = GLUE) -> list[Segment]:
+    """prefix text, chunk, glue, chunk, ..., suffix text (empty texts dropped)."""
+    segs = [text_segment(tokenizer, prefix)] if prefix else []
+    for i, kv in enumerate(kvs):
+        if i and glue:
+            segs.append(text_segment(tokenizer, glue))
+        segs.append(chunk_segment(kv))
+    if suffix:
+        segs.append(text_segment(tokenizer, suffix))
+    return segs
+
+
+@torch.inference_mode()
+def teacher_forced_logits(lm: LoadedModel, result: LinkResult, answer_ids: Sequence[int]) -> torch.Tensor:
+    """``(A+1, V)`` fp32: the method's next-token logits at each of ``answer_ids`` and after them.
+
+    Row 0 is the link's own last-token logits; rows 1..A come from one forward of the answer
+    over the linked cache at positions ``n..n+A-1`` (it overwrites whatever decode wrote there).
+    The cache needs ``extra_capacity >= A``.
+    """
+    rows = [result.logits.float()[None]]
+    if len(answer_ids):
+        n, a = result.num_tokens, len(answer_ids)
+        pos = torch.arange(n, n + a, device=lm.device)
+        result.cache.prepare(pos, n + a)
+        mask = additive_mask(pos, n + a, dtype=lm.dtype, sliding_window=lm.sliding_window)
+        ids = torch.as_tensor(list(answer_ids), dtype=torch.long, device=lm.device)[None]
+        out = forward_with_cache(lm.model, ids, pos[None], result.cache, mask, logits_to_keep=0)
+        rows.append(out.logits[0].float())
+    return torch.cat(rows).cpu()
+
+
+@dataclass(slots=True)
+class MethodRun:
+    """One method on one prompt."""
+
+    method: str
+    answer: str
+    answer_ids: list[int]
+    first_logits: torch.Tensor
+    tf_logits: torch.Tensor | None
+    seconds: float
+    recomputed: int
+    num_tokens: int
+
+
+def run_method(lm: LoadedModel, segments: Sequence[Segment], method: str, max_new_tokens: int,
+               forced_ids: Sequence[int] | str | None = None) -> MethodRun:
+    """Link, decode greedily, then teacher-force ``forced_ids`` (``"self"``: the method's own answer)."""
+    res = link(lm, segments, method, extra_capacity=max_new_tokens + 1)
+    first = res.logits.float().cpu()
+    ids = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=max_new_tokens)))
+    answer = lm.tokenizer.decode(ids, skip_special_tokens=True).strip()
+    tf = None
+    if forced_ids is not None:
+        tf = teacher_forced_logits(lm, res, ids if isinstance(forced_ids, str) else forced_ids)
+    return MethodRun(method, answer, ids, first, tf, res.seconds, res.recomputed, res.num_tokens)
+
+
+def run_methods(lm: LoadedModel, segs_by_recipe: dict[str, list[Segment]], methods: Sequence[str],
+                max_new_tokens: int, teacher_force: bool = True) -> dict[str, MethodRun]:
+    """Every method on the same prompt; ``full`` first, its answer teacher-forces the others.
+
+    ``full``'s own reference rows come from the same teacher-forced forward as everyone
+    else's (decode wrote those rows already; the forward rewrites them with the same tokens).
+    """
+    full = run_method(lm, segs_by_recipe[parse_method("full").recipe], "full", max_new_tokens,
+                      "self" if teacher_force else None)
+    runs: dict[str, MethodRun] = {"full": full}
+    forced = full.answer_ids if teacher_force else None
+    for m in methods:
+        if m != "full":
+            runs[m] = run_method(lm, segs_by_recipe[parse_method(m).recipe], m, max_new_tokens, forced)
+    return runs
+
+
+def _f1_between(a: str, b: str) -> float:
+    if not scoring.normalize_answer(a) and not scoring.normalize_answer(b):
+        return 1.0
+    return scoring.f1_score(a, b)
+
+
+def question_scores(runs: dict[str, MethodRun], golds: Sequence[str]) -> dict[str, dict]:
+    """Per-method scores of one question (fidelity against ``runs['full']``)."""
+    full = runs["full"]
+    out = {}
+    for m, r in runs.items():
+        s = {
+            "answer": r.answer,
+            "f1": scoring.max_over(scoring.f1_score, r.answer, golds),
+            "em": scoring.max_over(scoring.exact_match, r.answer, golds),
+            "f1_vs_full": _f1_between(r.answer, full.answer),
+            "top1_vs_full": float(scoring.top1_agreement(full.first_logits, r.first_logits)),
+            "cos_vs_full": scoring.cosine(full.first_logits, r.first_logits),
+            "ttft_s": r.seconds,
+            "recomputed_tokens": r.recomputed,
+            "context_tokens": r.num_tokens,
+        }
+        if full.tf_logits is not None and r.tf_logits is not None:
+            s["tf_top1_vs_full"] = float(scoring.top1_agreement(full.tf_logits, r.tf_logits).mean())
+            s["tf_kl_vs_full"] = float(scoring.kl_divergence(full.tf_logits, r.tf_logits).mean())
+        out[m] = s
+    return out
+
+
+def aggregate(per_question: Sequence[dict[str, dict]], methods: Sequence[str]) -> dict[str, dict]:
+    """Means over questions (median for TTFT), ratios vs ``full``, bootstrap intervals."""
+    out: dict[str, dict] = {}
+    for m in methods:
+        rows = [q[m] for q in per_question]
+        agg = {}
+        for key in ("f1", "em", "f1_vs_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full", "tf_kl_vs_full",
+                    "recomputed_tokens", "context_tokens"):
+            vals = [r[key] for r in rows if key in r]
+            agg[key] = scoring.mean(vals)
+        agg["ttft_median_s"] = scoring.median([r["ttft_s"] for r in rows])
+        for key in ("tf_kl_vs_full", "tf_top1_vs_full", "f1"):
+            vals = [r[key] for r in rows if key in r]
+            agg[f"{key}_ci95"] = list(scoring.bootstrap_ci(vals))
+        agg["questions"] = len(rows)
+        out[m] = agg
+    full_t = out["full"]["ttft_median_s"]
+    for agg in out.values():
+        agg["ttft_ratio_vs_full"] = full_t / agg["ttft_median_s"] if agg["ttft_median_s"] > 0 else float("nan")
+    return out
+
+
+def qa_segments(lm: LoadedModel, example: QAExample, methods: Sequence[str], *, chunk_tokens: int | None,
+                passage_tokens: int | None) -> tuple[dict[str, list[Segment]], float]:
+    """Compile an example's chunks (per recipe) and build its segments; returns (segs, compile s)."""
+    before, after = template_parts(lm.tokenizer)
+    chunk_ids = qa_chunk_ids(lm.tokenizer, example, chunk_tokens=chunk_tokens, passage_tokens=passage_tokens)
+    t0 = time.perf_counter()
+    kvs = compile_for(lm, chunk_ids, methods)
+    compile_s = time.perf_counter() - t0
+    prefix = before + QA_INSTRUCTION
+    suffix = f"{GLUE}Question: {example.question}{after}"
+    return {recipe: build_segments(lm.tokenizer, prefix, kv, suffix) for recipe, kv in kvs.items()}, compile_s
+
+
+@dataclass(slots=True)
+class EvalReport:
+    methods: dict[str, dict]
+    questions: list[dict] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "methods": self.methods, "questions": self.questions}
+
+
+def evaluate_qa(lm: LoadedModel, examples: Sequence[QAExample], methods: Sequence[str] | str | None = None, *,
+                chunk_tokens: int | None = None, passage_tokens: int | None = None, max_new_tokens: int = 32,
+                progress: Callable[[str], None] | None = None) -> EvalReport:
+    """Run every method on every example; see the module docstring for the measures."""
+    methods = normalize_methods(methods)
+    per_q, records = [], []
+    for i, ex in enumerate(examples):
+        segs, compile_s = qa_segments(lm, ex, methods, chunk_tokens=chunk_tokens, passage_tokens=passage_tokens)
+        runs = run_methods(lm, segs, methods, max_new_tokens)
+        scores = question_scores(runs, ex.answers)
+        per_q.append(scores)
+        records.append({"question": ex.question, "answers": list(ex.answers), "compile_s": compile_s,
+                        "methods": scores})
+        if progress:
+            progress(f"[{i + 1}/{len(examples)}] {scores['full']['context_tokens']} tokens, "
+                     f"full: {scores['full']['answer'][:40]!r}")
+    report = EvalReport(aggregate(per_q, methods), records)
+    report.config = {"methods": methods, "questions": len(examples), "chunk_tokens": chunk_tokens,
+                     "passage_tokens": passage_tokens, "max_new_tokens": max_new_tokens,
+                     "model": lm.name, "fingerprint": lm.fingerprint, "dtype": str(lm.dtype),
+                     "device": str(lm.device), "torch_threads": torch.get_num_threads()}
+    return report
+
+
+def format_table(methods: dict[str, dict]) -> str:
+    """The readable stdout table."""
+    head = (f"{'method':<15}{'f1':>6}{'em':>6}{'f1~full':>8}{'top1':>6}{'cos':>7}{'tf_top1':>8}"
+            f"{'tf_kl':>8}  {'tf_kl 95% CI':<15}{'ttft_s':>8}{'speedup':>8}{'recomp':>8}{'ctx':>7}")
+    lines = [head, "-" * len(head)]
+    for m, a in methods.items():
+        ci = a.get("tf_kl_vs_full_ci95", [float("nan")] * 2)
+        lines.append(
+            f"{m:<15}{a['f1']:>6.3f}{a['em']:>6.3f}{a['f1_vs_full']:>8.3f}{a['top1_vs_full']:>6.2f}"
+            f"{a['cos_vs_full']:>7.3f}{a.get('tf_top1_vs_full', float('nan')):>8.3f}"
+            f"{a.get('tf_kl_vs_full', float('nan')):>8.3f}  [{ci[0]:.3f},{ci[1]:.3f}]  "
+            f"{a['ttft_median_s']:>8.3f}{a['ttft_ratio_vs_full']:>7.1f}x{a['recomputed_tokens']:>8.0f}"
+            f"{a['context_tokens']:>7.0f}"
+        )
+    return "\n".join(lines)

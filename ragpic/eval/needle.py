@@ -1,0 +1,218 @@
+"""``ragpic eval needle``: needle in a haystack, EPIC's setup (DESIGN.md section 10).
+
+The haystack is the Paul Graham essays; the needle sentence is inserted at a sentence end
+at each depth; the context is cut into chunks of ``chunk_tokens`` tokens, each extended to
+the next "." (so chunks end on sentences), and every chunk is a cached chunk. Each method
+answers greedily (32 tokens); the score is F1 against the needle, as the paper reports, and
+a cell is a *hit* when the answer names both "sandwich" and "dolores park".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..llm.model import LoadedModel
+from . import scoring
+from .data import load_haystack, template_parts
+from .evaluate import build_segments, compile_for, normalize_methods, run_methods
+
+NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
+QUESTION = "What is the best thing to do in San Francisco?"
+KEYWORDS = ("sandwich", "dolores park")
+DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
+SYSTEM = "You are a helpful assistant."
+INTRO = "Read the document below, then answer the question after it.\n\nDocument:\n"
+
+
+def _offsets(tokenizer, text: str) -> list[tuple[int, int]]:
+    return tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
+
+def cut_to_tokens(tokenizer, text: str, n_tokens: int) -> str:
+    """The longest prefix of ``text`` within ``n_tokens`` tokens that ends at a "."."""
+    offs = _offsets(tokenizer, text[: n_tokens * 12])
+    if len(offs) <= n_tokens:
+        return text[: offs[-1][1]] if offs else ""
+    end = offs[n_tokens - 1][1]
+    dot = text.rfind(".", 0, end)
+    return text[: dot + 1] if dot > 0 else text[:end]
+
+
+def insert_needle(text: str, depth: float, needle: str = NEEDLE) -> str:
+    """Put ``needle`` at the first sentence end at or after ``depth`` of the text (0: start)."""
+    if depth <= 0:
+        return f"{needle} {text}"
+    dot = text.find(".", int(depth * len(text)) - 1) if depth < 1 else -1
+    if dot < 0:
+        return f"{text} {needle}"
+    return f"{text[:dot + 1]} {needle}{text[dot + 1:]}"
+
+
+def chunk_text(tokenizer, text: str, chunk_tokens: int = 512) -> list[str]:
+    """Cut ``text`` into pieces of ``chunk_tokens`` tokens, each extended to the next "."."""
+    offs = _offsets(tokenizer, text)
+    chunks, start, tok = [], 0, 0
+    while tok < len(offs):
+        k = tok + chunk_tokens - 1
+        if k >= len(offs) - 1:
+            chunks.append(text[start:])
+            break
+        end = offs[k][1]
+        dot = text.find(".", end - 1)
+        end = len(text) if dot < 0 else dot + 1
+        chunks.append(text[start:end])
+        start = end
+        while tok < len(offs) and offs[tok][1] <= end:
+            tok += 1
+    return [c for c in chunks if c.strip()]
+
+
+def needle_chunks(tokenizer, haystack: str, length: int, depth: float, *, chunk_tokens: int = 512,
+                  budget_slack: int = 0) -> tuple[str, list[str], str]:
+    """(prefix text, chunk texts, suffix text) of a prompt of about ``length`` tokens."""
+    before, after = template_parts(tokenizer, SYSTEM)
+    prefix = before + INTRO
+    suffix = f"\n\nQuestion: {QUESTION} Answer in one sentence, using the document.{after}"
+    n = lambda s: len(tokenizer(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    budget = length - n(prefix) - n(suffix) - n(NEEDLE) - 2 - budget_slack
+    if budget < 16:
+        raise ValueError(f"length {length} is too short for the needle prompt")
+    text = insert_needle(cut_to_tokens(tokenizer, haystack, budget), depth)
+    return prefix, chunk_text(tokenizer, text, chunk_tokens), suffix
+
+
+def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[int] = (1024, 2048, 4096),
+               depths: Sequence[float] = (0, 0.25, 0.5, 0.75, 1.0), methods: Sequence[str] | str | None = None,
+               chunk_tokens: int = 512, max_new_tokens: int = 32,
+               progress: Callable[[str], None] | None = None) -> dict:
+    """Every (length, depth) cell, every method. Returns ``{"config", "cells", "summary"}``."""
+    methods = normalize_methods(methods, DEFAULT_METHODS)
+    haystack = load_haystack(haystack_dir)
+    tok = lm.tokenizer
+    cells = []
+    for length in lengths:
+        memo: dict = {}  # chunks before the needle repeat across depths
+        for depth in depths:
+            slack = 0
+            while True:
+                prefix, texts, suffix = needle_chunks(tok, haystack, length, depth, chunk_tokens=chunk_tokens,
+                                                      budget_slack=slack)
+                ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+                segs_probe = build_segments(tok, prefix, [], suffix)
+                total = sum(len(i) for i in ids) + sum(s.num_tokens for s in segs_probe)
+                over = total + max_new_tokens + 1 - lm.context_window
+                if over <= 0:
+                    break
+                slack += over + 8
+            kvs = compile_for(lm, ids, methods, memo)
+            segs = {r: build_segments(tok, prefix, kv, suffix, glue=None) for r, kv in kvs.items()}
+            runs = run_methods(lm, segs, methods, max_new_tokens)
+            for m, r in runs.items():
+                kl = scoring.kl_divergence(runs["full"].tf_logits, r.tf_logits).mean()
+                cells.append({
+                    "length": length, "depth": depth, "context_tokens": r.num_tokens, "chunks": len(ids),
+                    "method": m, "answer": r.answer, "f1": scoring.f1_score(r.answer, NEEDLE),
+                    "hit": scoring.needle_hit(r.answer, KEYWORDS), "tf_kl_vs_full": float(kl),
+                    "ttft_s": r.seconds, "recomputed_tokens": r.recomputed,
+                })
+            if progress:
+                progress(f"length {length} depth {depth}: {runs['full'].num_tokens} tokens, "
+                         + " ".join(f"{m}={'H' if scoring.needle_hit(r.answer, KEYWORDS) else '.'}"
+                                    for m, r in runs.items()))
+    return {"config": {"lengths": list(lengths), "depths": list(depths), "methods": methods,
+                       "chunk_tokens": chunk_tokens, "max_new_tokens": max_new_tokens, "needle": NEEDLE,
+                       "question": QUESTION, "model": lm.name, "fingerprint": lm.fingerprint},
+            "cells": cells, "summary": summarize(cells, methods)}
+
+
+def summarize(cells: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
+    """Per method: hits overall, hits in the cells where ``full`` hits, mean F1 / KL."""
+    full_hit = {(c["length"], c["depth"]) for c in cells if c["method"] == "full" and c["hit"]}
+    out = {}
+    for m in methods:
+        mine = [c for c in cells if c["method"] == m]
+        where = [c for c in mine if (c["length"], c["depth"]) in full_hit]
+        out[m] = {
+            "cells": len(mine), "hits": sum(c["hit"] for c in mine), "f1": scoring.mean([c["f1"] for c in mine]),
+            "full_hit_cells": len(where), "hits_where_full_hits": sum(c["hit"] for c in where),
+            "f1_where_full_hits": scoring.mean([c["f1"] for c in where]),
+            "tf_kl_vs_full": scoring.mean([c["tf_kl_vs_full"] for c in mine]),
+        }
+    return out
+
+
+def format_table(result: dict) -> str:
+    lengths, depths = result["config"]["lengths"], result["config"]["depths"]
+    lines = []
+    by = {(c["method"], c["length"], c["depth"]): c for c in result["cells"]}
+    head = f"{'method':<15}" + "".join(f"{L:>8}" for L in lengths) + f"{'hits':>7}{'|full':>7}{'F1':>7}{'tf_kl':>8}"
+    lines += ["hits per length (of %d depths)" % len(depths), head, "-" * len(head)]
+    for m, s in result["summary"].items():
+        row = "".join(f"{sum(by[(m, L, d)]['hit'] for d in depths if (m, L, d) in by):>8}" for L in lengths)
+        lines.append(f"{m:<15}{row}{s['hits']:>7}{s['hits_where_full_hits']:>4}/{s['full_hit_cells']:<2}"
+                     f"{s['f1']:>7.3f}{s['tf_kl_vs_full']:>8.3f}")
+    return "\n".join(lines)
+
+
+def plot_heatmaps(result: dict, path: str | Path) -> list[Path]:
+    """One figure with an F1 heat map (depth x length) per method, plus one PNG per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    lengths, depths = result["config"]["lengths"], result["config"]["depths"]
+    methods = list(result["summary"])
+    by = {(c["method"], c["length"], c["depth"]): c for c in result["cells"]}
+
+    def grid(m):
+        f1 = np.full((len(depths), len(lengths)), np.nan)
+        hit = np.zeros_like(f1, dtype=bool)
+        for i, d in enumerate(depths):
+            for j, L in enumerate(lengths):
+                c = by.get((m, L, d))
+                if c:
+                    f1[i, j], hit[i, j] = c["f1"], c["hit"]
+        return f1, hit
+
+    def draw(ax, m):
+        f1, hit = grid(m)
+        im = ax.imshow(f1, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+        ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
+        ax.set_xlabel("context tokens", fontsize=8)
+        ax.set_ylabel("needle depth", fontsize=8)
+        s = result["summary"][m]
+        ax.set_title(f"{m}: {s['hits']}/{s['cells']} hits", fontsize=9)
+        for i in range(len(depths)):
+            for j in range(len(lengths)):
+                if not np.isnan(f1[i, j]):
+                    ax.text(j, i, ("\u2713 " if hit[i, j] else "") + f"{f1[i, j]:.2f}", ha="center",
+                            va="center", fontsize=6)
+        return im
+
+    path = Path(path)
+    cols = min(3, len(methods))
+    rows = (len(methods) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, m in zip(axes.flat, methods):
+        im = draw(ax, m)
+    for ax in list(axes.flat)[len(methods):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, shrink=0.6, label="F1 vs needle")
+    fig.suptitle("Needle in a haystack (SmolLM2 / ragpic): F1 vs needle, \u2713 = names sandwich + Dolores Park")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written = [path]
+    for m in methods:
+        fig, ax = plt.subplots(figsize=(4.6, 3.4))
+        fig.colorbar(draw(ax, m), ax=ax, label="F1 vs needle")
+        fig.tight_layout()
+        p = path.with_name(f"{path.stem}-{m}{path.suffix}")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+    return written
+

@@ -1,0 +1,92 @@
+"""FLOP counting against the closed form, and a tiny end-to-end `ragpic bench`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_flops_closed_form_and_limits():
+    from tiny import tiny_lm
+
+    import torch
+
+    from ragpic.eval.bench import _cfg_sizes, method_flops
+    from ragpic.llm.compile import compile_chunks
+    from ragpic.llm.segments import Segment, chunk_segment
+
+    lm = tiny_lm("llama", num_hidden_layers=4)
+    s = _cfg_sizes(lm)
+    L = 4
+    # q, k, v, o + gated MLP of the tiny config: 64x64 + 2x64x32 + 64x64 + 3x64x128
+    assert s["linear_params"] == 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128
+    kvs = compile_chunks(lm, [list(range(3, 35)), list(range(40, 72))])
+    segs = [chunk_segment(kv) for kv in kvs] + [Segment(torch.arange(5, 13))]
+    n = 72
+    head = 2 * 64 * 320
+    per_tok = 2 * s["linear_params"]
+    full = method_flops(lm, segs, "full")
+    assert full == pytest.approx(L * (per_tok * n + 4 * 64 * n * (n + 1) / 2) + head)
+    # naive recomputes the 8 query tokens (positions 64..71)
+    naive = method_flops(lm, segs, "naive")
+    assert naive == pytest.approx(L * (per_tok * 8 + 4 * 64 * sum(p + 1 for p in range(64, 72))) + head)
+    lego = method_flops(lm, segs, "legolink-4")  # + first 4 of the second chunk (positions 32..35)
+    assert lego == pytest.approx(naive + L * (per_tok * 4 + 4 * 64 * sum(p + 1 for p in range(32, 36))))
+    # k covering everything: all but the first chunk (which starts at 0 and is never recomputed)
+    assert method_flops(lm, segs, "legolink-1000") == pytest.approx(full - L * (per_tok * 32 + 4 * 64 * sum(range(1, 33))))
+    # cacheblend: layers 0-1 see everything, layers 2-3 the query + 15% of the chunk tokens
+    blend = method_flops(lm, segs, "cacheblend-15")
+    assert naive < blend < full
+    assert blend == pytest.approx(2 * (full - head) / L + head + 2 * (per_tok * (8 + 10) + 4 * 64 * (
+        sum(p + 1 for p in range(64, 72)) + 0.15 * sum(range(1, 65)))))
+
+
+def test_bench_tiny_end_to_end(tmp_path):
+    from tiny import TEXT, tiny_lm
+
+    from ragpic.eval.bench import format_table, plot_bench, run_bench
+
+    lm = tiny_lm("llama")
+    res = run_bench(lm, text=TEXT * 8, context_tokens=[96, 192], chunk_tokens=32, k=4, query_tokens=8, repeats=2)
+    rows = res["rows"]
+    methods = res["config"]["methods"]
+    assert methods == ["full", "naive", "legolink-0", "legolink-4", "cacheblend-15"]
+    assert len(rows) == 2 * len(methods)
+    for r in rows:
+        for key in ("context_tokens", "method", "ttft_median_s", "ratio_vs_full", "flop_limit_ratio", "peak_mem_mb"):
+            assert key in r
+        assert r["ttft_median_s"] > 0 and len(r["ttft_s"]) == 2
+        assert r["peak_mem_mb"] > 0
+    by = {(r["context_tokens"], r["method"]): r for r in rows}
+    assert by[(192, "full")]["ratio_vs_full"] == 1.0 and by[(192, "full")]["flop_limit_ratio"] == 1.0
+    assert by[(192, "full")]["recomputed_tokens"] == 192
+    assert by[(192, "naive")]["recomputed_tokens"] == 8
+    assert by[(192, "legolink-4")]["recomputed_tokens"] == 8 + 4 * 5  # 6 chunks, the first starts at 0
+    assert by[(192, "naive")]["flop_limit_ratio"] > by[(192, "legolink-4")]["flop_limit_ratio"] > 1
+    assert by[(192, "cacheblend-15")]["flop_limit_ratio"] < by[(192, "legolink-4")]["flop_limit_ratio"]
+    assert "legolink-4" in format_table(res)
+    assert plot_bench(res, tmp_path / "b.png").exists()
+    json.dumps(res)
+
+
+def test_cli_bench(tmp_path, capsys):
+    from tiny import TEXT, tiny_lm
+
+    from ragpic.cli import main
+
+    lm = tiny_lm("llama")
+    model_dir = tmp_path / "m"
+    lm.model.save_pretrained(model_dir)
+    lm.tokenizer.save_pretrained(model_dir)
+    hay = tmp_path / "hay"
+    hay.mkdir()
+    (hay / "a.txt").write_text(TEXT * 4)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--haystack", str(hay), "--model", str(model_dir), "--device", "cpu",
+                 "--context-tokens", "64,128", "--chunk-tokens", "32", "--k", "2", "--query-tokens", "8",
+                 "--repeats", "1", "--methods", "naive,legolink", "--no-memory", "--json", str(out), "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert {r["method"] for r in data["rows"]} == {"full", "naive", "legolink-2"}
+    assert all(r["peak_mem_mb"] is None for r in data["rows"])  # NaN -> null in JSON
+    assert "ttft_s" in capsys.readouterr().out

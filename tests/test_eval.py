@@ -1,0 +1,216 @@
+"""Scoring against hand-checked cases, prompt helpers, and a tiny end-to-end `ragpic eval`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from ragpic.eval import scoring
+from ragpic.eval.data import QAExample, load_qa, parse_chunking, qa_chunk_ids, template_parts
+from ragpic.eval.needle import NEEDLE, chunk_text, insert_needle
+
+
+# ------------------------------------------------------------------ normalisation, F1, EM
+def test_normalize_answer_longbench():
+    assert scoring.normalize_answer("The  Quick, brown fox!") == "quick brown fox"
+    assert scoring.normalize_answer("An apple a day") == "apple day"
+    assert scoring.normalize_answer("theatre") == "theatre"  # articles only as whole words
+    assert scoring.normalize_answer("  ") == ""
+
+
+def test_f1_hand_checked():
+    # pred {cat, sat} vs gold {cat, sat, on, mat}: P = 1, R = 1/2 -> F1 = 2/3
+    assert scoring.f1_score("the cat sat", "cat sat on mat") == pytest.approx(2 / 3)
+    # multiset overlap: x x y vs x y y share one x and one y: P = R = 2/3
+    assert scoring.f1_score("x x y", "x y y") == pytest.approx(2 / 3)
+    assert scoring.f1_score("Paris", "paris.") == 1.0
+    assert scoring.f1_score("london", "paris") == 0.0
+    assert scoring.f1_score("", "paris") == 0.0
+    assert scoring.f1_score("the", "a") == 0.0  # both normalise to nothing
+
+
+def test_exact_match_and_max_over_answers():
+    assert scoring.exact_match("The Eiffel Tower.", "eiffel tower") == 1.0
+    assert scoring.exact_match("Eiffel", "eiffel tower") == 0.0
+    golds = ["NYC", "New York City"]
+    assert scoring.max_over(scoring.f1_score, "new york", golds) == pytest.approx(0.8)  # P=1, R=2/3
+    assert scoring.max_over(scoring.exact_match, "new york city", golds) == 1.0
+    assert scoring.max_over(scoring.f1_score, "anything", []) == 0.0
+
+
+def test_needle_hit():
+    assert scoring.needle_hit("Eat a sandwich and sit in Dolores Park.")
+    assert not scoring.needle_hit("Eat a sandwich.")
+
+
+# ------------------------------------------------------------------ logits
+def test_kl_hand_checked():
+    ref = torch.tensor([0.0, 0.0])
+    other = torch.tensor([0.0, math.log(3.0)])  # q = [1/4, 3/4]
+    expected = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    assert float(scoring.kl_divergence(ref, other)) == pytest.approx(expected, abs=1e-6)
+    assert float(scoring.kl_divergence(other, other + 7.0)) == pytest.approx(0.0, abs=1e-6)  # shift-invariant
+    rows = scoring.kl_divergence(torch.stack([ref, ref]), torch.stack([ref, other]))
+    assert rows.shape == (2,) and float(rows[0]) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_top1_and_cosine():
+    a = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    b = torch.tensor([[0.0, 5.0, 0.0], [0.0, 1.0, 0.0]])
+    assert scoring.top1_agreement(a, b).tolist() == [1.0, 0.0]
+    assert scoring.cosine(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0])) == pytest.approx(0.0)
+    assert scoring.cosine(torch.tensor([1.0, 1.0]), torch.tensor([2.0, 2.0])) == pytest.approx(1.0)
+
+
+def test_bootstrap_ci():
+    assert scoring.bootstrap_ci([0.3] * 10) == (pytest.approx(0.3), pytest.approx(0.3))
+    assert scoring.bootstrap_ci([0.7]) == (0.7, 0.7)
+    assert all(math.isnan(v) for v in scoring.bootstrap_ci([]))
+    vals = [0.0, 1.0] * 50  # mean 0.5, standard error 0.05 -> 95% interval about +-0.1
+    lo, hi = scoring.bootstrap_ci(vals, seed=1)
+    assert lo < 0.5 < hi
+    assert 0.35 < lo < 0.45 and 0.55 < hi < 0.65
+    assert scoring.bootstrap_ci(vals, seed=1) == (lo, hi)  # deterministic
+
+
+def test_median_mean():
+    assert scoring.median([3.0, 1.0, 2.0]) == 2.0
+    assert scoring.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert scoring.mean([1.0, 2.0]) == 1.5
+
+
+# ------------------------------------------------------------------ data and prompts
+def test_parse_chunking():
+    assert parse_chunking("passage") is None
+    assert parse_chunking("tokens:512") == 512
+    with pytest.raises(ValueError):
+        parse_chunking("sentences")
+
+
+def test_load_qa_and_chunks(tmp_path):
+    from tiny import tiny_tokenizer
+
+    data = [{"question": "q?", "answers": ["a"], "ctxs": [{"title": "T", "text": "the quick brown fox"},
+                                                          {"title": "", "text": "jumps over the lazy dog"}]}]
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(data))
+    (ex,) = load_qa(path)
+    assert ex.passages == ("T\nthe quick brown fox", "jumps over the lazy dog")
+    tok = tiny_tokenizer()
+    whole = qa_chunk_ids(tok, ex)
+    assert len(whole) == 2
+    cut = qa_chunk_ids(tok, ex, passage_tokens=2)
+    assert [len(c) for c in cut] == [2, 2]
+    split = qa_chunk_ids(tok, ex, chunk_tokens=2)
+    assert sum(len(c) for c in split) == sum(len(c) for c in whole) and max(len(c) for c in split) == 2
+
+
+def test_template_parts_wrap_user_content():
+    from tiny import tiny_tokenizer
+
+    before, after = template_parts(tiny_tokenizer(), "SYS")
+    assert "SYS" in before and before.endswith("user\n") and after.endswith("assistant\n")
+
+
+def test_needle_text_helpers():
+    from tiny import tiny_tokenizer
+
+    text = "One two three. Four five six. Seven eight nine."
+    assert insert_needle(text, 0).startswith(NEEDLE)
+    assert insert_needle(text, 1).endswith(NEEDLE)
+    mid = insert_needle(text, 0.5)
+    assert "Four five six. " + NEEDLE in mid or "One two three. " + NEEDLE in mid
+    chunks = chunk_text(tiny_tokenizer(), text * 4, chunk_tokens=5)
+    assert "".join(chunks) == text * 4
+    assert all(c.rstrip().endswith(".") for c in chunks)
+
+
+# ------------------------------------------------------------------ end to end (tiny model)
+def _tiny_dataset(tmp_path, n=2):
+    from tiny import TEXT
+
+    sentences = [s.strip() + "." for s in TEXT.split(".") if s.strip()]
+    data = [{"question": "what is the best thing to do in san francisco?", "answers": ["eat a sandwich"],
+             "ctxs": [{"title": "", "text": " ".join(sentences[j:j + 2])} for j in range(i, i + 3)]}
+            for i in range(n)]
+    path = tmp_path / "tiny_qa.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_evaluate_tiny_end_to_end(tmp_path):
+    from tiny import tiny_lm
+
+    from ragpic.eval.evaluate import METRIC_KEYS, evaluate_qa, format_table
+
+    lm = tiny_lm("llama")
+    examples = load_qa(_tiny_dataset(tmp_path))
+    report = evaluate_qa(lm, examples, ["naive", "legolink-0", "legolink-1000", "cacheblend-15"], max_new_tokens=6)
+    methods = report.methods
+    assert list(methods) == ["full", "naive", "legolink-0", "legolink-1000", "cacheblend-15"]
+    for m, agg in methods.items():
+        for key in METRIC_KEYS:
+            assert key in agg, (m, key)
+        assert len(agg["tf_kl_vs_full_ci95"]) == 2
+    # full against itself, and legolink with k covering every chunk token: the same prefill
+    for m in ("full", "legolink-1000"):
+        assert methods[m]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
+        assert methods[m]["tf_top1_vs_full"] == 1.0 and methods[m]["top1_vs_full"] == 1.0
+        assert methods[m]["cos_vs_full"] == pytest.approx(1.0, abs=1e-5)
+        assert methods[m]["f1_vs_full"] == 1.0
+    assert methods["legolink-1000"]["recomputed_tokens"] == methods["full"]["recomputed_tokens"]
+    assert methods["naive"]["recomputed_tokens"] < methods["full"]["recomputed_tokens"]
+    assert methods["naive"]["tf_kl_vs_full"] > 1e-3  # random weights: stale chunks do differ
+    assert methods["full"]["ttft_ratio_vs_full"] == pytest.approx(1.0)
+    assert "legolink-1000" in format_table(methods)
+    json.dumps(report.to_json())
+
+
+def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
+    from tiny import TEXT, tiny_lm
+
+    from ragpic.cli import main
+
+    lm = tiny_lm("llama")
+    model_dir = tmp_path / "tiny-model"
+    lm.model.save_pretrained(model_dir)
+    lm.tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "eval.json"
+    rc = main(["eval", "--dataset", str(_tiny_dataset(tmp_path, 1)), "--model", str(model_dir), "--device", "cpu",
+               "--methods", "naive,legolink-2", "--chunking", "tokens:8", "--max-new-tokens", "4", "--json",
+               str(out), "--quiet"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert set(data["methods"]) == {"full", "naive", "legolink-2"}
+    assert "tf_kl" in capsys.readouterr().out
+
+    hay = tmp_path / "hay"
+    hay.mkdir()
+    (hay / "a.txt").write_text(TEXT * 6)
+    nout = tmp_path / "needle.json"
+    rc = main(["eval", "needle", "--haystack", str(hay), "--model", str(model_dir), "--device", "cpu",
+               "--lengths", "400,700", "--depths", "0,1", "--methods", "naive,legolink-4", "--chunk-tokens", "48",
+               "--max-new-tokens", "4", "--json", str(nout), "--plot", str(tmp_path / "needle.png"), "--quiet"])
+    assert rc == 0
+    res = json.loads(nout.read_text())
+    assert len(res["cells"]) == 2 * 2 * 3
+    assert (tmp_path / "needle.png").exists() and (tmp_path / "needle-legolink-4.png").exists()
+    assert res["summary"]["full"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_cli_demo_dispatch(monkeypatch, capsys):
+    import sys
+    import types
+
+    from ragpic.cli import main
+
+    seen = {}
+    fake = types.ModuleType("ragpic.demo")
+    fake.main = lambda args: seen.setdefault("args", args) and 0
+    monkeypatch.setitem(sys.modules, "ragpic.demo", fake)
+    assert main(["demo", "--question", "why?", "--method", "legolink-2", "--max-new-tokens", "5"]) == 0
+    assert seen["args"].question == ["why?"] and seen["args"].method == "legolink-2"
+    assert seen["args"].max_new_tokens == 5
