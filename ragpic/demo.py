@@ -38,7 +38,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
     results = []
     for question in asked:
         item = by_q.get(question, data[0])  # an unknown question is asked over the first passages
-        passages = [c["text"] for c in item["ctxs"][: args.passages]]
+        passages = [c["text"] for c in item["ctxs"][: getattr(args, "passages", None) or 4]]
         n = engine.compile(passages, progress=True)
         print(f"\nQ: {question}\n  ({len(passages)} passages, {n} compiled now, "
               f"{len(passages) - n} already in the store)", file=out)
