@@ -147,7 +147,8 @@ def test_plain_as_query_engine_links_every_retrieved_node(built, question):
     assert len(r.source_nodes) == TOP_K
     assert (g.chunks_matched, g.chunks_loaded, g.chunks_compiled) == (TOP_K, TOP_K, 0)
     assert _hits(engine) == (TOP_K, 0)
-    assert current_hints() is None  # cleared when the query ended
+    assert set(current_hints()) == {node_text(n) for n in r.source_nodes}
+    assert llm.complete("Say hello.").additional_kwargs["hints"] == 0  # an unrelated prompt ignores them
 
 
 def test_sync_async_streaming_queries_all_hits(built, question):
@@ -157,6 +158,8 @@ def test_sync_async_streaming_queries_all_hits(built, question):
     answers, gens = {}, {}
 
     def check(name, text, response):
+        # the retrieved nodes' texts reached the LLM as hints, in this mode too
+        assert set(llm.last_hints) == {node_text(n) for n in response.source_nodes}, name
         answers[name] = text
         gens[name] = llm.last_generation
         assert len(response.source_nodes) == TOP_K
@@ -256,6 +259,7 @@ def test_prompt_without_cached_chunks_complete_chat_stream(built):
     r = llm.complete(prompt)
     assert r.text.strip() and prompt not in r.text  # no echo
     assert r.additional_kwargs["chunks_matched"] == 0 and r.additional_kwargs["ttft_s"] > 0
+    assert r.additional_kwargs["hints"] == 0
     full = RagPicLLM(engine, max_new_tokens=NEW, method="full").complete(prompt)
     assert full.text == r.text
     assert "".join(c.delta for c in llm.stream_complete(prompt)) == r.text
@@ -284,7 +288,8 @@ def test_manual_hints_outside_a_query_engine(built, question):
     prompt = "Context:\n" + "\n\n".join(node_text(n) for n in nodes) + "\nQuestion: " + question["question"]
     with retrieval_hints(nodes):
         g = llm.complete(prompt).additional_kwargs
-    assert (g["chunks_matched"], g["chunks_loaded"], g["chunks_compiled"]) == (2, 2, 0)
+    assert (g["hints"], g["chunks_matched"], g["chunks_loaded"], g["chunks_compiled"]) == (2, 2, 2, 0)
+    assert llm.complete(prompt, hints=[node_text(nodes[0])]).additional_kwargs["hints"] == 1
 
 
 def test_overflow_drops_lowest_scored_whole_nodes_or_fails(built, question, smol):

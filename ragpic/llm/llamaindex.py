@@ -41,7 +41,7 @@ from llama_index.core.prompts.prompt_utils import get_biggest_prompt
 from llama_index.core.response_synthesizers import CompactAndRefine
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from ragpic.retriever_hooks.llamaindex import current_hints, install_retrieval_hints, node_text
+from ragpic.retriever_hooks.llamaindex import hints_for, install_retrieval_hints, node_text
 
 if TYPE_CHECKING:
     from ragpic.engine import Generation, GenerationStream, RagPic
@@ -57,10 +57,11 @@ class ContextOverflowError(ValueError):
     """The prompt plus the tokens to generate do not fit the model's context window."""
 
 
-def _stats(g: "Generation") -> dict[str, Any]:
+def _stats(g: "Generation", hints: Sequence[str] | None) -> dict[str, Any]:
     d = dataclasses.asdict(g)
     d.pop("text", None)
     d.pop("token_ids", None)
+    d["hints"] = len(hints or ())  # retrieved node texts passed to the engine
     return d
 
 
@@ -91,6 +92,7 @@ class RagPicLLM(CustomLLM):
 
     _engine: Any = PrivateAttr()
     _last: Any = PrivateAttr(default=None)
+    _last_hints: Any = PrivateAttr(default=None)
 
     def __init__(self, engine: "RagPic", *, max_new_tokens: int | None = None, temperature: float | None = None,
                  top_p: float | None = None, method: str | None = None, **kwargs: Any):
@@ -130,6 +132,11 @@ class RagPicLLM(CustomLLM):
         """The :class:`ragpic.engine.Generation` of the latest call (filled as it streams)."""
         return self._last
 
+    @property
+    def last_hints(self) -> tuple[str, ...]:
+        """The retrieval hints (node texts) passed to the engine on the latest call."""
+        return tuple(self._last_hints or ())
+
     def token_ids(self, text: str) -> list[int]:
         """The model's token ids of ``text`` (no special tokens): LlamaIndex's ``tokenizer``."""
         return self._engine.lm.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -147,12 +154,15 @@ class RagPicLLM(CustomLLM):
         return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 
     def _start(self, messages: list[dict[str, str]], kwargs: dict[str, Any],
-               hints: Sequence[str] | None) -> "GenerationStream":
-        """Format, check the fit, link (the prompt's work happens here), return the stream."""
+               hints: Any) -> tuple["GenerationStream", tuple[str, ...]]:
+        """Format, check the fit, link (the prompt's work happens here); return the stream and
+        the hints used. ``hints`` is a tuple or :func:`hints_for` (resolved against the prompt)."""
         engine = self._engine
-        hints = kwargs.pop("hints", hints)
         max_new = kwargs.get("max_new_tokens") or kwargs.get("max_tokens") or self.max_new_tokens
         text = engine.format_chat(messages)
+        if callable(hints):
+            hints = hints(text)
+        hints = tuple(hints or ())
         n = engine.count_tokens(text)
         if n + max_new > engine.context_window:
             raise ContextOverflowError(
@@ -169,87 +179,91 @@ class RagPicLLM(CustomLLM):
             stop=kwargs.get("stop"),
             seed=kwargs.get("seed"),
         )
-        self._last = stream.result
-        return stream
+        self._last, self._last_hints = stream.result, hints
+        return stream, hints
 
-    def _hints(self) -> tuple[str, ...] | None:
-        return current_hints() if self.use_hints else None
+    def _hints(self, kwargs: dict[str, Any]) -> Any:
+        """Explicit ``hints=`` or, read now in the caller's context, the retrieval's."""
+        if "hints" in kwargs:
+            return tuple(kwargs.pop("hints") or ())
+        return hints_for if self.use_hints else None
 
-    def _run(self, messages: list[dict[str, str]], kwargs: dict[str, Any], hints) -> "Generation":
-        stream = self._start(messages, kwargs, hints)
+    def _run(self, messages: list[dict[str, str]], kwargs: dict[str, Any],
+             hints) -> tuple["Generation", tuple[str, ...]]:
+        stream, hints = self._start(messages, kwargs, hints)
         for _ in stream:
             pass
-        return stream.result
+        return stream.result, hints
 
     # ----- completion -------------------------------------------------------------------
     def _complete(self, prompt: str, kwargs: dict[str, Any], hints) -> CompletionResponse:
-        g = self._run(self._prompt_messages(prompt), kwargs, hints)
-        return CompletionResponse(text=g.text, additional_kwargs=_stats(g))
+        g, hints = self._run(self._prompt_messages(prompt), kwargs, hints)
+        return CompletionResponse(text=g.text, additional_kwargs=_stats(g, hints))
 
     def _stream_complete(self, prompt: str, kwargs: dict[str, Any], hints) -> CompletionResponseGen:
-        stream = self._start(self._prompt_messages(prompt), kwargs, hints)
+        stream, hints = self._start(self._prompt_messages(prompt), kwargs, hints)
 
         def gen() -> CompletionResponseGen:
             text = ""
             for delta in stream:
                 text += delta
-                yield CompletionResponse(text=text, delta=delta, additional_kwargs=_stats(stream.result))
+                yield CompletionResponse(text=text, delta=delta, additional_kwargs=_stats(stream.result, hints))
 
         return gen()
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Answer ``prompt`` as one user turn (the answer only, never the prompt)."""
-        return self._complete(prompt, kwargs, self._hints())
+        return self._complete(prompt, kwargs, self._hints(kwargs))
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        return self._stream_complete(prompt, kwargs, self._hints())
+        return self._stream_complete(prompt, kwargs, self._hints(kwargs))
 
     # ----- chat -------------------------------------------------------------------------
     def _chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any], hints) -> ChatResponse:
-        g = self._run(self._messages(messages), kwargs, hints)
+        g, hints = self._run(self._messages(messages), kwargs, hints)
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=g.text),
-                            additional_kwargs=_stats(g))
+                            additional_kwargs=_stats(g, hints))
 
     def _stream_chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any], hints) -> ChatResponseGen:
-        stream = self._start(self._messages(messages), kwargs, hints)
+        stream, hints = self._start(self._messages(messages), kwargs, hints)
 
         def gen() -> ChatResponseGen:
             text = ""
             for delta in stream:
                 text += delta
                 yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=delta,
-                                   additional_kwargs=_stats(stream.result))
+                                   additional_kwargs=_stats(stream.result, hints))
 
         return gen()
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return self._chat(messages, kwargs, self._hints())
+        return self._chat(messages, kwargs, self._hints(kwargs))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        return self._stream_chat(messages, kwargs, self._hints())
+        return self._stream_chat(messages, kwargs, self._hints(kwargs))
 
     # ----- async: the work runs in a worker thread, the event loop stays free ----------
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return await asyncio.to_thread(self._complete, prompt, kwargs, self._hints())
+        return await asyncio.to_thread(self._complete, prompt, kwargs, self._hints(kwargs))
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
-        sync_gen = await asyncio.to_thread(self._stream_complete, prompt, kwargs, self._hints())
+        sync_gen = await asyncio.to_thread(self._stream_complete, prompt, kwargs, self._hints(kwargs))
         return _athreaded(sync_gen)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return await asyncio.to_thread(self._chat, messages, kwargs, self._hints())
+        return await asyncio.to_thread(self._chat, messages, kwargs, self._hints(kwargs))
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
-        sync_gen = await asyncio.to_thread(self._stream_chat, messages, kwargs, self._hints())
+        sync_gen = await asyncio.to_thread(self._stream_chat, messages, kwargs, self._hints(kwargs))
         return _athreaded(sync_gen)
 
 

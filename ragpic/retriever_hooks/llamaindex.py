@@ -12,9 +12,10 @@ instrumentation dispatcher. On every ``RetrievalEndEvent`` it stores the retriev
 texts in a :class:`~contextvars.ContextVar`; :class:`ragpic.llm.llamaindex.RagPicLLM` reads
 it when called. Retrieval and synthesis of one query run in the same context (same thread,
 or the same asyncio task), so this works for ``query``, ``aquery`` and streaming queries,
-and concurrent queries in other threads or tasks never see each other's hints. The hints
-are cleared when the query ends. Hints only narrow the search: without them the engine
-looks for every stored chunk in the prompt.
+and concurrent queries in other threads or tasks never see each other's hints. The LLM
+uses them only when the retrieval's query string is in its prompt (so an unrelated call
+after a query ignores them). Hints only narrow the search: without them the engine looks
+for every stored chunk in the prompt.
 
 Persistence: :func:`build_faiss_index` / :func:`persist_index` / :func:`load_faiss_index`
 keep a FAISS vector index in a folder and the KV store in ``folder/kv``
@@ -28,13 +29,13 @@ import contextlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, TransformComponent
 
@@ -46,6 +47,7 @@ __all__ = [
     "build_faiss_index",
     "compile_index",
     "current_hints",
+    "hints_for",
     "install_retrieval_hints",
     "kv_folder",
     "load_faiss_index",
@@ -73,27 +75,54 @@ def _texts(nodes: Iterable[BaseNode | NodeWithScore]) -> list[str]:
 
 # ----- retrieval hints ------------------------------------------------------------------
 
-_HINTS: ContextVar[tuple[str, ...] | None] = ContextVar("ragpic_llamaindex_hints", default=None)
+
+@dataclass(frozen=True, slots=True)
+class _Hints:
+    query: str | None  # the retrieval's query string; None when set by hand
+    texts: tuple[str, ...]
+
+
+_HINTS: ContextVar[_Hints | None] = ContextVar("ragpic_llamaindex_hints", default=None)
 
 
 def current_hints() -> tuple[str, ...] | None:
-    """The retrieved node texts of the query running in this context, if any."""
-    return _HINTS.get()
+    """The node texts of the latest retrieval in this context (thread / asyncio task), if any."""
+    h = _HINTS.get()
+    return h.texts if h is not None else None
+
+
+def hints_for(prompt: str) -> tuple[str, ...] | None:
+    """The hints that belong to ``prompt``: those of the latest retrieval in this context if
+    its query string appears in the prompt (every LlamaIndex QA/refine template contains
+    it), else ``None`` (stale hints of an earlier query; the engine then searches the store's
+    catalog). Hints set with :func:`retrieval_hints` always apply."""
+    h = _HINTS.get()
+    if h is None or (h.query and h.query not in prompt):
+        return None
+    return h.texts
 
 
 @contextlib.contextmanager
 def retrieval_hints(nodes_or_texts: Iterable[BaseNode | NodeWithScore | str]) -> Iterator[None]:
     """Set the hints by hand for the calls inside the ``with`` block (custom pipelines)."""
     texts = tuple(x.strip() if isinstance(x, str) else node_text(x) for x in nodes_or_texts)
-    token = _HINTS.set(tuple(dict.fromkeys(t for t in texts if t)))
+    token = _HINTS.set(_Hints(None, tuple(dict.fromkeys(t for t in texts if t))))
     try:
         yield
     finally:
         _HINTS.reset(token)
 
 
+def _query_str(q: Any) -> str:
+    return q if isinstance(q, str) else (getattr(q, "query_str", "") or "")
+
+
 class _RetrievalHintHandler(BaseEventHandler):
-    """Root-dispatcher handler: retrieved node texts -> ``_HINTS``; cleared at query end."""
+    """Root-dispatcher handler: retrieved node texts -> ``_HINTS`` of the current context.
+
+    Not cleared when the query ends: a streaming response calls the LLM lazily, when the
+    caller iterates it, after ``QueryEndEvent``. :func:`hints_for` drops stale hints instead.
+    """
 
     @classmethod
     def class_name(cls) -> str:
@@ -101,9 +130,8 @@ class _RetrievalHintHandler(BaseEventHandler):
 
     def handle(self, event: Any, **kwargs: Any) -> None:
         if isinstance(event, RetrievalEndEvent):
-            _HINTS.set(tuple(dict.fromkeys(_texts(event.nodes))))
-        elif isinstance(event, QueryEndEvent):
-            _HINTS.set(None)
+            texts = tuple(dict.fromkeys(_texts(event.nodes)))
+            _HINTS.set(_Hints(_query_str(event.str_or_query_bundle), texts))
 
 
 _install_lock = threading.Lock()
