@@ -13,7 +13,8 @@ Generation stats (TTFT, link time, tokens recomputed, chunks matched/loaded/comp
 ``generation_info`` (LLM) and ``response_metadata`` / ``usage_metadata`` (chat).
 
 Async methods run the engine in a worker thread and stream through a queue, so the event
-loop keeps running. Calls on one engine are serialized (one model, one tokenizer).
+loop keeps running. Work on one engine is serialized step by step (one model, one tokenizer);
+concurrent streams interleave token by token.
 """
 
 from __future__ import annotations
@@ -116,13 +117,21 @@ class _RagPicBase(BaseModel):
         """``(text, None)`` per delta, then ``("", generation)`` once finished."""
         params = self._params(stop, kwargs)
         hints = hints_for(key) or None
-        with _engine_lock(self.engine):
-            stream = self.engine.stream(prompt, hints=hints, chat=chat, **params)
-            for text in stream:
-                yield text, None
-                if cancel is not None and cancel.is_set():
-                    return
-            yield "", stream.result
+        # The lock covers each step (link, then each token), never a suspended yield: an
+        # abandoned stream cannot hold the engine, and streams interleave token by token.
+        lock = _engine_lock(self.engine)
+        with lock:
+            stream = self.engine.stream(prompt, hints=hints, chat=chat, **params)  # links now
+            deltas = iter(stream)
+        while True:
+            with lock:
+                text = next(deltas, None)
+            if text is None:
+                break
+            yield text, None
+            if cancel is not None and cancel.is_set():
+                return
+        yield "", stream.result
 
     async def _adeltas(self, *args: Any, **kwargs: Any) -> AsyncIterator[tuple[str, RagGeneration | None]]:
         """:meth:`_deltas` in a worker thread, handed over through an asyncio queue."""
