@@ -139,11 +139,13 @@ def rag(smol, musique, embeddings, tmp_path_factory):
             "retriever": store.as_retriever(search_kwargs={"k": K})}
 
 
-def _check_linked(rec: Recorder, n: int) -> None:
+def _check_linked(rec: Recorder, n: int, hints: int = K) -> None:
+    """``n`` model calls, each linking K stored chunks, given ``hints`` retrieved texts."""
     assert len(rec.infos) == n
     for info in rec.infos:
         assert info["chunks_matched"] == K and info["chunks_loaded"] == K, info
         assert info["chunks_compiled"] == 0, info
+        assert info["hints"] == hints, info
 
 
 @pytest.mark.parametrize("kind", ["llm", "chat"])
@@ -186,11 +188,12 @@ def test_without_handler_engine_finds_chunks(rag, kind):
     cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
     llm = cls(engine=rag["engine"])
     q = rag["questions"][1]
-    rec = Recorder()
-    with_hints = rag_chain(rag["retriever"], llm, prompt).invoke(q, config={"callbacks": [llm.hints]})
+    rec, rec_hinted = Recorder(), Recorder()
+    with_hints = rag_chain(rag["retriever"], llm, prompt).invoke(q, config={"callbacks": [llm.hints, rec_hinted]})
     plain = rag_chain(rag["retriever"], llm, prompt).invoke(q, config={"callbacks": [rec]})
     assert plain == with_hints
-    _check_linked(rec, 1)  # the store's catalog was searched instead
+    _check_linked(rec_hinted, 1)
+    _check_linked(rec, 1, hints=0)  # the store's catalog was searched instead
 
 
 @pytest.mark.parametrize("kind", ["llm", "chat"])
@@ -315,6 +318,7 @@ def test_reload_in_fresh_process_compiles_nothing(rag, embed_model_path):
     assert res["compiled"] == 0 and res["puts"] == 0, res
     assert res["misses"] == 0 and res["backend_hits"] == K, res
     assert res["info"]["chunks_loaded"] == K and res["info"]["chunks_compiled"] == 0, res
+    assert res["info"]["hints"] == K, res
     assert res["answer"] == expected
 
 

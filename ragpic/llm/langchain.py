@@ -24,7 +24,7 @@ import contextvars
 import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -55,8 +55,12 @@ def _engine_lock(engine: RagPic) -> threading.Lock:
         return lock
 
 
-def generation_info(gen: RagGeneration) -> dict[str, Any]:
-    """A ragpic :class:`~ragpic.engine.Generation`'s stats as a plain dict (no text)."""
+def generation_info(gen: RagGeneration, hints: int = 0) -> dict[str, Any]:
+    """A ragpic :class:`~ragpic.engine.Generation`'s stats as a plain dict (no text).
+
+    ``hints`` is how many retrieved texts the callback handler passed for this call (0: the
+    engine searched its whole catalog of stored chunks instead).
+    """
     return {
         "finish_reason": gen.finish_reason,
         "method": gen.method,
@@ -68,7 +72,22 @@ def generation_info(gen: RagGeneration) -> dict[str, Any]:
         "chunks_matched": gen.chunks_matched,
         "chunks_loaded": gen.chunks_loaded,
         "chunks_compiled": gen.chunks_compiled,
+        "hints": hints,
     }
+
+
+class _Done(NamedTuple):
+    """The end of a call: the engine's generation and how many hints it was given."""
+
+    gen: RagGeneration
+    hints: int
+
+    @property
+    def text(self) -> str:
+        return self.gen.text
+
+    def info(self) -> dict[str, Any]:
+        return generation_info(self.gen, self.hints)
 
 
 class _RagPicBase(BaseModel):
@@ -113,8 +132,8 @@ class _RagPicBase(BaseModel):
 
     def _deltas(self, prompt: str | list[dict], key: str, stop: list[str] | None, kwargs: dict[str, Any],
                 chat: bool = True, cancel: threading.Event | None = None
-                ) -> Iterator[tuple[str, RagGeneration | None]]:
-        """``(text, None)`` per delta, then ``("", generation)`` once finished."""
+                ) -> Iterator[tuple[str, _Done | None]]:
+        """``(text, None)`` per delta, then ``("", _Done)`` once finished."""
         params = self._params(stop, kwargs)
         hints = hints_for(key) or None
         # The lock covers each step (link, then each token), never a suspended yield: an
@@ -131,9 +150,9 @@ class _RagPicBase(BaseModel):
             yield text, None
             if cancel is not None and cancel.is_set():
                 return
-        yield "", stream.result
+        yield "", _Done(stream.result, len(hints or ()))
 
-    async def _adeltas(self, *args: Any, **kwargs: Any) -> AsyncIterator[tuple[str, RagGeneration | None]]:
+    async def _adeltas(self, *args: Any, **kwargs: Any) -> AsyncIterator[tuple[str, _Done | None]]:
         """:meth:`_deltas` in a worker thread, handed over through an asyncio queue."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -173,11 +192,11 @@ class _RagPicBase(BaseModel):
                 worker.result()
 
     def _run(self, prompt: str | list[dict], key: str, stop: list[str] | None, kwargs: dict[str, Any],
-             chat: bool = True) -> RagGeneration:
-        gen = None
-        for _, gen in self._deltas(prompt, key, stop, kwargs, chat):
+             chat: bool = True) -> _Done:
+        done = None
+        for _, done in self._deltas(prompt, key, stop, kwargs, chat):
             pass
-        return gen
+        return done
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
@@ -210,7 +229,7 @@ class RagPicLLM(_RagPicBase, LLM):
         gens = []
         for p in prompts:
             g = self._run(p, prompt_key(p), stop, kwargs, self.chat_template)
-            gens.append([Generation(text=g.text, generation_info=generation_info(g))])
+            gens.append([Generation(text=g.text, generation_info=g.info())])
         return LLMResult(generations=gens)
 
     async def _agenerate(self, prompts: list[str], stop: list[str] | None = None,
@@ -220,17 +239,17 @@ class RagPicLLM(_RagPicBase, LLM):
             g = None
             async for _, g in self._adeltas(p, prompt_key(p), stop, kwargs, self.chat_template):
                 pass
-            gens.append([Generation(text=g.text, generation_info=generation_info(g))])
+            gens.append([Generation(text=g.text, generation_info=g.info())])
         return LLMResult(generations=gens)
 
     @staticmethod
-    def _chunk(text: str, gen: RagGeneration | None) -> GenerationChunk:
-        return GenerationChunk(text=text, generation_info=generation_info(gen) if gen else None)
+    def _chunk(text: str, done: _Done | None) -> GenerationChunk:
+        return GenerationChunk(text=text, generation_info=done.info() if done else None)
 
     def _stream(self, prompt: str, stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[GenerationChunk]:
-        for text, gen in self._deltas(prompt, prompt_key(prompt), stop, kwargs, self.chat_template):
-            chunk = self._chunk(text, gen)
+        for text, done in self._deltas(prompt, prompt_key(prompt), stop, kwargs, self.chat_template):
+            chunk = self._chunk(text, done)
             if run_manager is not None and text:
                 run_manager.on_llm_new_token(text, chunk=chunk)
             yield chunk
@@ -238,8 +257,8 @@ class RagPicLLM(_RagPicBase, LLM):
     async def _astream(self, prompt: str, stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[GenerationChunk]:
-        async for text, gen in self._adeltas(prompt, prompt_key(prompt), stop, kwargs, self.chat_template):
-            chunk = self._chunk(text, gen)
+        async for text, done in self._adeltas(prompt, prompt_key(prompt), stop, kwargs, self.chat_template):
+            chunk = self._chunk(text, done)
             if run_manager is not None and text:
                 await run_manager.on_llm_new_token(text, chunk=chunk)
             yield chunk
@@ -269,41 +288,41 @@ class ChatRagPic(_RagPicBase, BaseChatModel):
         return out
 
     @staticmethod
-    def _meta(gen: RagGeneration) -> dict[str, Any]:
-        info = generation_info(gen)
+    def _meta(done: _Done) -> dict[str, Any]:
+        gen, info = done.gen, done.info()
         usage = {"input_tokens": gen.prompt_tokens, "output_tokens": len(gen.token_ids),
                  "total_tokens": gen.prompt_tokens + len(gen.token_ids)}
         return {"response_metadata": {**info, "model_name": "ragpic"}, "usage_metadata": usage}
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        gen = self._run(self._messages(messages), messages_key(messages), stop, kwargs)
-        meta = self._meta(gen)
-        msg = AIMessage(content=gen.text, **meta)
+        done = self._run(self._messages(messages), messages_key(messages), stop, kwargs)
+        meta = self._meta(done)
+        msg = AIMessage(content=done.text, **meta)
         return ChatResult(generations=[ChatGeneration(message=msg, generation_info=meta["response_metadata"])])
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        gen = None
-        async for _, gen in self._adeltas(self._messages(messages), messages_key(messages), stop, kwargs):
+        done = None
+        async for _, done in self._adeltas(self._messages(messages), messages_key(messages), stop, kwargs):
             pass
-        meta = self._meta(gen)
-        msg = AIMessage(content=gen.text, **meta)
+        meta = self._meta(done)
+        msg = AIMessage(content=done.text, **meta)
         return ChatResult(generations=[ChatGeneration(message=msg, generation_info=meta["response_metadata"])])
 
-    def _chunk(self, text: str, gen: RagGeneration | None) -> ChatGenerationChunk:
-        if gen is None:
+    def _chunk(self, text: str, done: _Done | None) -> ChatGenerationChunk:
+        if done is None:
             return ChatGenerationChunk(message=AIMessageChunk(content=text))
-        return ChatGenerationChunk(message=AIMessageChunk(content="", chunk_position="last", **self._meta(gen)))
+        return ChatGenerationChunk(message=AIMessageChunk(content="", chunk_position="last", **self._meta(done)))
 
     # BaseChatModel calls run_manager.on_llm_new_token for each chunk itself.
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        for text, gen in self._deltas(self._messages(messages), messages_key(messages), stop, kwargs):
-            yield self._chunk(text, gen)
+        for text, done in self._deltas(self._messages(messages), messages_key(messages), stop, kwargs):
+            yield self._chunk(text, done)
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        async for text, gen in self._adeltas(self._messages(messages), messages_key(messages), stop, kwargs):
-            yield self._chunk(text, gen)
+        async for text, done in self._adeltas(self._messages(messages), messages_key(messages), stop, kwargs):
+            yield self._chunk(text, done)
