@@ -7,6 +7,7 @@ on a miss) -> link -> decode. LlamaIndex and LangChain classes are thin layers o
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,10 @@ class RagPic:
         from .cache import open_store
 
         self.config = config or Config()
+        # Serialises model steps (a link, then each decoded token) across threads; held per
+        # step, never across a suspended stream, so an abandoned stream cannot block others
+        # and concurrent streams interleave token by token.
+        self._step = threading.Lock()
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype)
         self.store = store or open_store(
             self.config.store,
@@ -211,8 +216,9 @@ class RagPic:
             text = self.format_prompt(prompt) if chat else prompt
         else:
             text = self.format_chat(prompt)
-        segs, stats = self.segments(text, hints, method)
-        res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens)
+        with self._step:
+            segs, stats = self.segments(text, hints, method)
+            res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens)
         result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
                             recomputed_tokens=res.recomputed, chunks_matched=stats["matched"],
                             chunks_loaded=stats["loaded"], chunks_compiled=stats["compiled"])
@@ -227,7 +233,12 @@ class RagPic:
 
     def _timed(self, res: LinkResult, params: Sampling, t0: float, result: Generation) -> Iterator[int]:
         first = True
-        for tok in decode_tokens(self.lm, res.cache, res.logits, res.num_tokens, params):
+        tokens = decode_tokens(self.lm, res.cache, res.logits, res.num_tokens, params)
+        while True:
+            with self._step:
+                tok = next(tokens, None)
+            if tok is None:
+                break
             if first:
                 result.ttft_s = time.perf_counter() - t0
                 first = False

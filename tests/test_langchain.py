@@ -15,7 +15,6 @@ import os
 import statistics
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 

@@ -34,7 +34,6 @@ from ragpic.retriever_hooks.llamaindex import (  # noqa: E402
     compile_index,
     current_hints,
     kv_folder,
-    load_faiss_index,
     node_text,
     retrieval_hints,
 )

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -42,18 +41,6 @@ __all__ = ["ChatRagPic", "RagPicLLM", "generation_info"]
 
 _SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
-
-_locks: weakref.WeakKeyDictionary[RagPic, threading.Lock] = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
-
-
-def _engine_lock(engine: RagPic) -> threading.Lock:
-    with _locks_guard:
-        lock = _locks.get(engine)
-        if lock is None:
-            lock = _locks[engine] = threading.Lock()
-        return lock
-
 
 def generation_info(gen: RagGeneration, hints: int = 0) -> dict[str, Any]:
     """A ragpic :class:`~ragpic.engine.Generation`'s stats as a plain dict (no text).
@@ -136,17 +123,9 @@ class _RagPicBase(BaseModel):
         """``(text, None)`` per delta, then ``("", _Done)`` once finished."""
         params = self._params(stop, kwargs)
         hints = hints_for(key) or None
-        # The lock covers each step (link, then each token), never a suspended yield: an
-        # abandoned stream cannot hold the engine, and streams interleave token by token.
-        lock = _engine_lock(self.engine)
-        with lock:
-            stream = self.engine.stream(prompt, hints=hints, chat=chat, **params)  # links now
-            deltas = iter(stream)
-        while True:
-            with lock:
-                text = next(deltas, None)
-            if text is None:
-                break
+        # The engine serialises its own steps (link, then each token) across threads.
+        stream = self.engine.stream(prompt, hints=hints, chat=chat, **params)  # links now
+        for text in stream:
             yield text, None
             if cancel is not None and cancel.is_set():
                 return
