@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--chunking", default="passage", help="passage (one chunk per passage) or tokens:N")
     ev.add_argument("--passage-tokens", type=int, default=None, help="cut each passage to its first N tokens")
     ev.add_argument("--max-new-tokens", type=int, default=32)
+    ev.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of teacher-forced KL / top-1 with CIs")
     _add_model_args(ev)
 
     bench = sub.add_parser("bench", help="link TTFT of every method vs context length")
@@ -135,7 +136,7 @@ def _need_haystack(args) -> str:
 
 def cmd_eval(args) -> int:
     from .eval.data import load_qa, parse_chunking
-    from .eval.evaluate import evaluate_qa, format_table
+    from .eval.evaluate import evaluate_qa, format_table, plot_eval
 
     chunk_tokens = parse_chunking(args.chunking)
     examples = load_qa(args.dataset, args.limit)
@@ -144,6 +145,8 @@ def cmd_eval(args) -> int:
                          max_new_tokens=args.max_new_tokens, progress=_progress(args))
     print(format_table(report.methods))
     _write_json(args.json_out, report.to_json())
+    if args.plot:
+        print(f"wrote {plot_eval(report.to_json(), args.plot)}", file=sys.stderr)
     return 0
 
 

@@ -181,11 +181,12 @@ def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
     out = tmp_path / "eval.json"
     rc = main(["eval", "--dataset", str(_tiny_dataset(tmp_path, 1)), "--model", str(model_dir), "--device", "cpu",
                "--methods", "naive,legolink-2", "--chunking", "tokens:8", "--max-new-tokens", "4", "--json",
-               str(out), "--quiet"])
+               str(out), "--plot", str(tmp_path / "eval.png"), "--quiet"])
     assert rc == 0
     data = json.loads(out.read_text())
     assert set(data["methods"]) == {"full", "naive", "legolink-2"}
     assert "tf_kl" in capsys.readouterr().out
+    assert (tmp_path / "eval.png").exists()
 
     hay = tmp_path / "hay"
     hay.mkdir()

@@ -254,3 +254,34 @@ def format_table(methods: dict[str, dict]) -> str:
             f"{a['context_tokens']:>7.0f}"
         )
     return "\n".join(lines)
+
+
+def plot_eval(report: dict, path) -> "Path":
+    """Bars: teacher-forced KL and top-1 vs ``full`` per method, with bootstrap 95% intervals."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [m for m in report["methods"] if m != "full"]
+    aggs = [report["methods"][m] for m in methods]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, key, title in ((axes[0], "tf_kl_vs_full", "teacher-forced KL(full || method)  (lower is better)"),
+                           (axes[1], "tf_top1_vs_full", "teacher-forced top-1 agreement with full")):
+        vals = [a[key] for a in aggs]
+        ci = [a.get(f"{key}_ci95") or [v, v] for a, v in zip(aggs, vals)]
+        err = [[v - c[0] for v, c in zip(vals, ci)], [c[1] - v for v, c in zip(vals, ci)]]
+        ax.bar(methods, vals, yerr=err, capsize=4, color=[f"C{i + 1}" for i in range(len(methods))])
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    cfg = report.get("config", {})
+    fig.suptitle(f"ragpic eval: {cfg.get('questions', '?')} questions, {cfg.get('model', '')} "
+                 f"(bars: 95% bootstrap interval over questions)", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
