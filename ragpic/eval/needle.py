@@ -196,20 +196,20 @@ def plot_heatmaps(result: dict, path: str | Path) -> list[Path]:
     path = Path(path)
     cols = min(3, len(methods))
     rows = (len(methods) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.6 * rows), squeeze=False, layout="constrained")
     for ax, m in zip(axes.flat, methods):
         im = draw(ax, m)
     for ax in list(axes.flat)[len(methods):]:
         ax.axis("off")
     fig.colorbar(im, ax=axes, shrink=0.6, label="F1 vs needle")
-    fig.suptitle("Needle in a haystack (SmolLM2 / ragpic): F1 vs needle, \u2713 = names sandwich + Dolores Park")
+    fig.suptitle(f"Needle in a haystack ({result['config']['model']}): F1 vs needle, "
+                 "\u2713 = names sandwich + Dolores Park")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     written = [path]
     for m in methods:
-        fig, ax = plt.subplots(figsize=(4.6, 3.4))
+        fig, ax = plt.subplots(figsize=(4.8, 3.6), layout="constrained")
         fig.colorbar(draw(ax, m), ax=ax, label="F1 vs needle")
-        fig.tight_layout()
         p = path.with_name(f"{path.stem}-{m}{path.suffix}")
         fig.savefig(p, dpi=110)
         plt.close(fig)
