@@ -45,13 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragpic", description="Position-independent KV caching (EPIC / LegoLink).")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    from .demo import add_arguments as add_demo_arguments  # stdlib-only module: cheap
+
     demo = sub.add_parser("demo", help="answer questions over a folder of documents with linked KV")
-    demo.add_argument("--question", action="append", default=None, help="a question (repeatable)")
-    demo.add_argument("--folder", default=None, help="folder of documents to index")
-    demo.add_argument("--store", default=None, help="KV store location")
-    demo.add_argument("--method", default=None, help="link method (e.g. legolink-16)")
-    demo.add_argument("--max-new-tokens", type=int, default=None)
-    demo.add_argument("--model", default=None)
+    add_demo_arguments(demo)
 
     ev = sub.add_parser("eval", help="accuracy and fidelity to full of every link method on QA data "
                                      "(`ragpic eval needle --help` for the needle test)")
@@ -180,13 +177,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    try:
-        from .demo import main as demo_main
-    except ModuleNotFoundError as e:
-        if e.name not in ("ragpic.demo",):
-            raise
-        print("ragpic demo is not available in this build (module ragpic.demo is missing).", file=sys.stderr)
-        return 2
+    from .demo import main as demo_main
+
     return demo_main(args) or 0
 
 

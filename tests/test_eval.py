@@ -200,18 +200,3 @@ def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
     assert len(res["cells"]) == 2 * 2 * 3
     assert (tmp_path / "needle.png").exists() and (tmp_path / "needle-legolink-4.png").exists()
     assert res["summary"]["full"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
-
-
-def test_cli_demo_dispatch(monkeypatch, capsys):
-    import sys
-    import types
-
-    from ragpic.cli import main
-
-    seen = {}
-    fake = types.ModuleType("ragpic.demo")
-    fake.main = lambda args: seen.setdefault("args", args) and 0
-    monkeypatch.setitem(sys.modules, "ragpic.demo", fake)
-    assert main(["demo", "--question", "why?", "--method", "legolink-2", "--max-new-tokens", "5"]) == 0
-    assert seen["args"].question == ["why?"] and seen["args"].method == "legolink-2"
-    assert seen["args"].max_new_tokens == 5
