@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ragpic.eval import scoring
-from ragpic.eval.data import QAExample, load_qa, parse_chunking, qa_chunk_ids, template_parts
+from ragpic.eval.data import load_qa, parse_chunking, qa_chunk_ids, template_parts
 from ragpic.eval.needle import NEEDLE, chunk_text, insert_needle
 
 

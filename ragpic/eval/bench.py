@@ -31,7 +31,7 @@ import torch
 
 from ..llm.linker import link, parse_method, recompute_mask
 from ..llm.model import LoadedModel
-from ..llm.segments import Segment, chunk_segment, segment_starts
+from ..llm.segments import Segment, chunk_segment
 from . import scoring
 from .data import load_haystack
 from .evaluate import compile_for, normalize_methods

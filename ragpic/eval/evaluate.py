@@ -18,6 +18,8 @@ sequence, answers greedily, and is teacher-forced with ``full``'s answer:
 
 from __future__ import annotations
 
+import os
+import pathlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -256,7 +258,7 @@ def format_table(methods: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def plot_eval(report: dict, path) -> "Path":
+def plot_eval(report: dict, path: "str | os.PathLike[str]") -> "pathlib.Path":
     """Bars: teacher-forced KL and top-1 vs ``full`` per method, with bootstrap 95% intervals."""
     from pathlib import Path
 
