@@ -200,3 +200,20 @@ def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
     assert len(res["cells"]) == 2 * 2 * 3
     assert (tmp_path / "needle.png").exists() and (tmp_path / "needle-legolink-4.png").exists()
     assert res["summary"]["full"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_int8_variant_links_quantized_kv(tmp_path):
+    from tiny import tiny_lm
+
+    from ragpic.eval.evaluate import evaluate_qa, normalize_methods
+
+    assert normalize_methods("naive@int8,legolink-16") == ["full", "naive@int8", "legolink-16"]
+    with pytest.raises(ValueError, match="only '@int8'"):
+        normalize_methods("naive@fp4")
+    lm = tiny_lm("llama")
+    report = evaluate_qa(lm, load_qa(_tiny_dataset(tmp_path)), ["naive", "naive@int8", "legolink-1000@int8"],
+                         max_new_tokens=4)
+    m = report.methods
+    assert m["naive@int8"]["tf_kl_vs_full"] != m["naive"]["tf_kl_vs_full"]  # int8 KV was really linked
+    # with every chunk token recomputed, stored KV (int8 or not) no longer matters
+    assert m["legolink-1000@int8"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)

@@ -41,20 +41,45 @@ METRIC_KEYS = ("f1", "em", "f1_vs_full", "top1_vs_full", "cos_vs_full", "tf_top1
                "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens", "context_tokens")
 
 
+def split_variant(name: str) -> tuple[str, str]:
+    """``"legolink-16@int8"`` -> ``("legolink-16", "int8")``: a method linking int8-stored KV."""
+    method, _, quant = name.partition("@")
+    if quant not in ("", "int8"):
+        raise ValueError(f"unknown KV variant {quant!r} in {name!r}: only '@int8' is supported")
+    return method, quant or "none"
+
+
+def variant_key(name: str) -> str:
+    """Which compiled KV a method name links: its recipe, plus the storage quantization."""
+    method, quant = split_variant(name)
+    recipe = parse_method(method).recipe
+    return recipe if quant == "none" else f"{recipe}@{quant}"
+
+
 def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str] = DEFAULT_METHODS) -> list[str]:
-    """Canonical method names, ``full`` first (every fidelity measure needs it), no repeats."""
+    """Canonical method names, ``full`` first (every fidelity measure needs it), no repeats.
+
+    A name may end in ``@int8``: the chunks' KV then goes through the store's int8 entry
+    format (quantize, encode, decode) before linking, which measures what int8 storage costs.
+    """
     if isinstance(methods, str):
         methods = [m for m in methods.split(",") if m.strip()]
-    names = [parse_method(m).name for m in (methods or default)]
+    names = []
+    for m in methods or default:
+        method, quant = split_variant(m.strip())
+        names.append(parse_method(method).name + ("" if quant == "none" else f"@{quant}"))
     out = ["full"] + [m for m in names if m != "full"]
     return list(dict.fromkeys(out))
 
 
 def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Sequence[str],
                 memo: dict | None = None) -> dict[str, list[ChunkKV]]:
-    """Compiled KV of every chunk, per recipe the methods need. ``memo`` reuses identical chunks."""
+    """Compiled KV of every chunk, per variant the methods need (:func:`variant_key`).
+
+    ``memo`` reuses identical chunks.
+    """
     out = {}
-    for recipe in dict.fromkeys(parse_method(m).recipe for m in methods):
+    for recipe in dict.fromkeys(parse_method(split_variant(m)[0]).recipe for m in methods):
         if memo is None:
             out[recipe] = compile_chunks(lm, chunk_ids, recipe=recipe)
             continue
@@ -64,7 +89,19 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
             for k, kv in zip(missing, compile_chunks(lm, [list(k[1]) for k in missing], recipe=recipe)):
                 memo[k] = kv
         out[recipe] = [memo[k] for k in keys]
+    for variant in dict.fromkeys(variant_key(m) for m in methods):
+        if "@" in variant:
+            recipe, quant = variant.split("@")
+            out[variant] = [int8_round_trip(kv, quant) for kv in out[recipe]]
     return out
+
+
+def int8_round_trip(kv: ChunkKV, quant: str) -> ChunkKV:
+    """The KV a store with ``quant`` hands back: encoded as an entry, then decoded."""
+    from ..cache.entry import decode, encode
+
+    back, _ = decode(encode(kv.to("cpu"), text="", quant=quant), fingerprint=kv.fingerprint)
+    return back.to(kv.keys.device)
 
 
 def build_segments(tokenizer, prefix: str, kvs: Sequence[ChunkKV], suffix: str, glue: str | None = GLUE) -> list[Segment]:
@@ -116,7 +153,7 @@ class MethodRun:
 def run_method(lm: LoadedModel, segments: Sequence[Segment], method: str, max_new_tokens: int,
                forced_ids: Sequence[int] | str | None = None) -> MethodRun:
     """Link, decode greedily, then teacher-force ``forced_ids`` (``"self"``: the method's own answer)."""
-    res = link(lm, segments, method, extra_capacity=max_new_tokens + 1)
+    res = link(lm, segments, split_variant(method)[0], extra_capacity=max_new_tokens + 1)
     first = res.logits.float().cpu()
     ids = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=max_new_tokens)))
     answer = lm.tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -133,13 +170,13 @@ def run_methods(lm: LoadedModel, segs_by_recipe: dict[str, list[Segment]], metho
     ``full``'s own reference rows come from the same teacher-forced forward as everyone
     else's (decode wrote those rows already; the forward rewrites them with the same tokens).
     """
-    full = run_method(lm, segs_by_recipe[parse_method("full").recipe], "full", max_new_tokens,
+    full = run_method(lm, segs_by_recipe[variant_key("full")], "full", max_new_tokens,
                       "self" if teacher_force else None)
     runs: dict[str, MethodRun] = {"full": full}
     forced = full.answer_ids if teacher_force else None
     for m in methods:
         if m != "full":
-            runs[m] = run_method(lm, segs_by_recipe[parse_method(m).recipe], m, max_new_tokens, forced)
+            runs[m] = run_method(lm, segs_by_recipe[variant_key(m)], m, max_new_tokens, forced)
     return runs
 
 
