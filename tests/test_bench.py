@@ -71,14 +71,11 @@ def test_bench_tiny_end_to_end(tmp_path):
 
 
 def test_cli_bench(tmp_path, capsys):
-    from tiny import TEXT, tiny_lm
+    from tiny import TEXT, saved_tiny_model
 
     from ragpic.cli import main
 
-    lm = tiny_lm("llama")
-    model_dir = tmp_path / "m"
-    lm.model.save_pretrained(model_dir)
-    lm.tokenizer.save_pretrained(model_dir)
+    model_dir = saved_tiny_model(tmp_path / "m")
     hay = tmp_path / "hay"
     hay.mkdir()
     (hay / "a.txt").write_text(TEXT * 4)

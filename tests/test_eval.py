@@ -170,14 +170,11 @@ def test_evaluate_tiny_end_to_end(tmp_path):
 
 
 def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
-    from tiny import TEXT, tiny_lm
+    from tiny import TEXT, saved_tiny_model
 
     from ragpic.cli import main
 
-    lm = tiny_lm("llama")
-    model_dir = tmp_path / "tiny-model"
-    lm.model.save_pretrained(model_dir)
-    lm.tokenizer.save_pretrained(model_dir)
+    model_dir = saved_tiny_model(tmp_path / "tiny-model")
     out = tmp_path / "eval.json"
     rc = main(["eval", "--dataset", str(_tiny_dataset(tmp_path, 1)), "--model", str(model_dir), "--device", "cpu",
                "--methods", "naive,legolink-2", "--chunking", "tokens:8", "--max-new-tokens", "4", "--json",

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from loop_probe import run_with_ticker
 
 pytest.importorskip("langchain_core")
 pytest.importorskip("langchain_community")
@@ -234,24 +235,10 @@ def test_async_does_not_block_the_loop(rag, kind):
     q = rag["questions"][2]
     expected = chain.invoke(q)
 
-    async def main():
-        ticks = 0
-        done = asyncio.Event()
+    async def work():
+        return await chain.ainvoke(q), [p async for p in chain.astream(q)]
 
-        async def ticker():
-            nonlocal ticks
-            while not done.is_set():
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        t = asyncio.create_task(ticker())
-        answer = await chain.ainvoke(q)
-        pieces = [p async for p in chain.astream(q)]
-        done.set()
-        await t
-        return answer, pieces, ticks
-
-    answer, pieces, ticks = asyncio.run(main())
+    (answer, pieces), ticks = asyncio.run(run_with_ticker(work))
     assert answer == expected
     assert "".join(pieces) == expected and len([p for p in pieces if p]) >= 3
     assert ticks >= 10  # the loop kept running while the model worked

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from loop_probe import run_with_ticker
 
 pytest.importorskip("llama_index.core")
 pytest.importorskip("llama_index.vector_stores.faiss")
@@ -170,26 +171,13 @@ def test_sync_async_streaming_queries_all_hits(built, question):
     r = make_query_engine(index, llm, similarity_top_k=TOP_K, streaming=True).query(q)
     check("stream", "".join(r.response_gen), r)
 
-    async def run_async():
-        ticks = 0
-        done = asyncio.Event()
-
-        async def ticker():
-            nonlocal ticks
-            while not done.is_set():
-                ticks += 1
-                await asyncio.sleep(0.02)
-
-        t = asyncio.create_task(ticker())
+    async def work():
         r = await make_query_engine(index, llm, similarity_top_k=TOP_K).aquery(q)
         check("async", str(r), r)
         r = await make_query_engine(index, llm, similarity_top_k=TOP_K, streaming=True).aquery(q)
         check("astream", "".join([d async for d in r.async_response_gen()]), r)
-        done.set()
-        await t
-        return ticks
 
-    ticks = asyncio.run(run_async())
+    _, ticks = asyncio.run(run_with_ticker(work, interval=0.02))
     assert ticks > 20, "the event loop was blocked during generation"
     assert len(set(answers.values())) == 1 and answers["sync"].strip(), answers
     for name, g in gens.items():

@@ -73,3 +73,11 @@ def tiny_lm(kind: str = "llama", seed: int = 0, attn: str = "sdpa", **overrides)
             if "norm" not in name:
                 p.mul_(8.0)
     return wrap_model(model, tiny_tokenizer(), name=f"tiny-{kind}-{seed}")
+
+
+def saved_tiny_model(folder, kind: str = "llama"):
+    """Save ``tiny_lm(kind)`` as an HF model folder (for CLI ``--model PATH`` tests); returns it."""
+    lm = tiny_lm(kind)
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    return folder
