@@ -82,6 +82,19 @@ def rag_chain(retriever, llm, prompt=PROMPT):
     return {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
 
 
+def model_for(rag: dict, kind: str):
+    """The completion LLM (``kind="llm"``) or chat model over the shared engine, and its prompt."""
+    cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
+    return cls(engine=rag["engine"]), prompt
+
+
+def recorded_chain(rag: dict, kind: str):
+    """``(llm, recorder, chain)``: the RAG chain with the hints handler and a recorder wired in."""
+    llm, prompt = model_for(rag, kind)
+    rec = Recorder()
+    return llm, rec, rag_chain(rag["retriever"], llm, prompt).with_config(callbacks=[llm.hints, rec])
+
+
 def passages(item: dict, words: int | None = 120) -> list[Document]:
     return [Document(page_content=f"{c['title']}\n{' '.join(c['text'].split()[:words])}",
                      metadata={"title": c["title"]}) for c in item["ctxs"]]
@@ -151,8 +164,7 @@ def _check_linked(rec: Recorder, n: int, hints: int = K) -> None:
 @pytest.mark.parametrize("kind", ["llm", "chat"])
 def test_chain_loads_stored_kv_and_equals_full(rag, kind):
     engine, retriever, qs = rag["engine"], rag["retriever"], rag["questions"]
-    cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
-    llm = cls(engine=engine)
+    llm, prompt = model_for(rag, kind)
     rec = Recorder(llm.hints)
     chain = rag_chain(retriever, llm, prompt).with_config(callbacks=[llm.hints, rec])
 
@@ -165,7 +177,7 @@ def test_chain_loads_stored_kv_and_equals_full(rag, kind):
     assert rec.hinted == [[d.page_content for d in retriever.invoke(q)] for q in qs]
     assert len(llm.hints) == 0
 
-    full = rag_chain(retriever, cls(engine=engine, method="full"), prompt)
+    full = rag_chain(retriever, type(llm)(engine=engine, method="full"), prompt)
     assert answers == [full.invoke(q) for q in qs]
     assert all(a.strip() for a in answers)
     assert not any("Question:" in a or "<|im_start|>" in a for a in answers)  # no prompt echoed
@@ -185,8 +197,7 @@ def test_legolink_16_recomputes_little(rag):
 
 @pytest.mark.parametrize("kind", ["llm", "chat"])
 def test_without_handler_engine_finds_chunks(rag, kind):
-    cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
-    llm = cls(engine=rag["engine"])
+    llm, prompt = model_for(rag, kind)
     q = rag["questions"][1]
     rec, rec_hinted = Recorder(), Recorder()
     with_hints = rag_chain(rag["retriever"], llm, prompt).invoke(q, config={"callbacks": [llm.hints, rec_hinted]})
@@ -198,10 +209,7 @@ def test_without_handler_engine_finds_chunks(rag, kind):
 
 @pytest.mark.parametrize("kind", ["llm", "chat"])
 def test_stream_is_incremental(rag, kind):
-    cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
-    llm = cls(engine=rag["engine"])
-    rec = Recorder()
-    chain = rag_chain(rag["retriever"], llm, prompt).with_config(callbacks=[llm.hints, rec])
+    llm, rec, chain = recorded_chain(rag, kind)
     q = rag["questions"][0]
     arrived: list[tuple[float, str]] = []
     for piece in chain.stream(q):
@@ -216,10 +224,7 @@ def test_stream_is_incremental(rag, kind):
 
 @pytest.mark.parametrize("kind", ["llm", "chat"])
 def test_batch_equals_invoke(rag, kind):
-    cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
-    llm = cls(engine=rag["engine"])
-    rec = Recorder()
-    chain = rag_chain(rag["retriever"], llm, prompt).with_config(callbacks=[llm.hints, rec])
+    llm, rec, chain = recorded_chain(rag, kind)
     qs = rag["questions"]
     batched = chain.batch(qs)
     _check_linked(rec, len(qs))
@@ -228,10 +233,7 @@ def test_batch_equals_invoke(rag, kind):
 
 @pytest.mark.parametrize("kind", ["llm", "chat"])
 def test_async_does_not_block_the_loop(rag, kind):
-    cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
-    llm = cls(engine=rag["engine"])
-    rec = Recorder()
-    chain = rag_chain(rag["retriever"], llm, prompt).with_config(callbacks=[llm.hints, rec])
+    llm, rec, chain = recorded_chain(rag, kind)
     q = rag["questions"][2]
     expected = chain.invoke(q)
 
@@ -247,8 +249,7 @@ def test_async_does_not_block_the_loop(rag, kind):
 
 @pytest.mark.parametrize("kind", ["llm", "chat"])
 def test_stop_sequences(rag, kind):
-    cls, prompt = (RagPicLLM, PROMPT) if kind == "llm" else (ChatRagPic, CHAT_PROMPT)
-    llm = cls(engine=rag["engine"])
+    llm, prompt = model_for(rag, kind)
     q = rag["questions"][0]
     answer = rag_chain(rag["retriever"], llm, prompt).invoke(q)
     words = answer.split()
@@ -260,7 +261,7 @@ def test_stop_sequences(rag, kind):
     assert "".join(bound.stream(q)) == cut
     assert asyncio.run(bound.ainvoke(q)) == cut
     # a stop field on the model works as well
-    assert rag_chain(rag["retriever"], cls(engine=rag["engine"], stop=[stop]), prompt).invoke(q) == cut
+    assert rag_chain(rag["retriever"], type(llm)(engine=rag["engine"], stop=[stop]), prompt).invoke(q) == cut
 
 
 RELOAD = """
