@@ -6,7 +6,6 @@ on a miss) -> link -> decode. LlamaIndex and LangChain classes are thin layers o
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,7 +19,6 @@ from .llm.linker import LinkResult, Method, link, parse_method
 from .llm.model import LoadedModel, load_model
 from .llm.segments import Segment, chunk_segment, find_chunks, split_prompt, text_segment
 
-log = logging.getLogger("ragpic")
 
 Messages = Sequence[dict]
 
@@ -114,7 +112,7 @@ class RagPic:
         from .cache import chunk_key
 
         recipe = parse_method(method or self.config.method).recipe
-        return chunk_key(self.lm.fingerprint, text, recipe, str(self.lm.dtype).removeprefix("torch."))
+        return chunk_key(self.lm.fingerprint, text, recipe, self.lm.dtype)
 
     def compile(self, texts: Iterable[str], *, method: str | Method | None = None,
                 progress: bool = False) -> int:
