@@ -18,6 +18,7 @@ from .llm.kv import ChunkKV
 from .llm.linker import LinkResult, Method, link, parse_method
 from .llm.model import LoadedModel, load_model
 from .llm.segments import Segment, chunk_segment, find_chunks, split_prompt, text_segment
+from .llm.slab_pool import SlabPool
 
 
 Messages = Sequence[dict]
@@ -78,6 +79,7 @@ class RagPic:
         # step, never across a suspended stream, so an abandoned stream cannot block others
         # and concurrent streams interleave token by token.
         self._step = threading.Lock()
+        self._pool = SlabPool()  # linked-cache memory, reused from one request to the next
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype)
         self.store = store or open_store(
             self.config.store,
@@ -216,7 +218,7 @@ class RagPic:
             text = self.format_chat(prompt)
         with self._step:
             segs, stats = self.segments(text, hints, method)
-            res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens)
+            res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens, pool=self._pool)
         result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
                             recomputed_tokens=res.recomputed, chunks_matched=stats["matched"],
                             chunks_loaded=stats["loaded"], chunks_compiled=stats["compiled"])
@@ -232,17 +234,21 @@ class RagPic:
     def _timed(self, res: LinkResult, params: Sampling, t0: float, result: Generation) -> Iterator[int]:
         first = True
         tokens = decode_tokens(self.lm, res.cache, res.logits, res.num_tokens, params)
-        while True:
-            with self._step:
-                tok = next(tokens, None)
-            if tok is None:
-                break
-            if first:
+        try:
+            while True:
+                with self._step:
+                    tok = next(tokens, None)
+                if tok is None:
+                    break
+                if first:
+                    result.ttft_s = time.perf_counter() - t0
+                    first = False
+                yield tok
+            if first:  # EOS straight away: the (empty) answer was known at that point
                 result.ttft_s = time.perf_counter() - t0
-                first = False
-            yield tok
-        if first:  # EOS straight away: the (empty) answer was known at that point
-            result.ttft_s = time.perf_counter() - t0
+        finally:  # finished, failed or abandoned: the next request reuses the cache's memory
+            tokens.close()
+            self._pool.release(res.cache)
 
     def link(self, segments: Sequence[Segment], method: str | Method | None = None,
              extra_capacity: int = 0) -> LinkResult:

@@ -83,6 +83,22 @@ def test_rerotated_keys_equal_keys_computed_at_global_positions(rope):
     moved = rotate_keys(kv.keys[0], offset, lm.inv_freq)
     assert (moved - at_global).abs().max() <= TOL
     assert (kv.keys[0] - at_global).abs().max() > 100 * TOL  # unrotated keys are wrong there
+    # link's own fill rotates straight into the cache rows: the same keys land there
+    naive = link(lm, [_ids_segment(ids[:offset]), chunk_segment(kv)], "naive")
+    assert (naive.cache.key_slab[0, 0, :, offset:offset + kv.num_tokens] - at_global).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("rotary_pairs", [8, 5])  # 5 of 8 pairs: partial rotary, the rest passes through
+def test_rotating_into_a_buffer_equals_rotating_out_of_place(rotary_pairs):
+    inv_freq = 1.0 / (10000 ** (torch.arange(rotary_pairs, dtype=torch.float32) / rotary_pairs))
+    keys = torch.randn(3, 2, 9, 16)
+    delta = torch.arange(9) * 7 + 100
+    ref = rotate_keys(keys, delta, inv_freq)
+    buf = torch.full((3, 2, 20, 16), float("nan"))[:, :, 4:13]  # a strided view, like cache rows
+    assert rotate_keys(keys, delta, inv_freq, out=buf) is buf
+    assert (buf - ref).abs().max() <= 1e-6
+    assert torch.equal(buf[..., 2 * rotary_pairs:], keys[..., 2 * rotary_pairs:])
+    assert not torch.allclose(ref, keys, atol=1e-2)
 
 
 def _ids_segment(ids):

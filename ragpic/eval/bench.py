@@ -4,7 +4,9 @@ For each context length ``T`` the prompt is ``T - query_tokens`` tokens of hayst
 (the Paul Graham essays, or any text) cut into ``chunk_tokens``-token cached chunks,
 followed by ``query_tokens`` tokens of uncached query. Every method links that same token
 sequence; repeats are interleaved (the method order rotates each repeat) and medians are
-reported, so background load hits every method alike.
+reported, so background load hits every method alike. As in the engine, every method's
+linked cache is written into memory reused from the previous link (a :class:`SlabPool`), so
+no method pays the kernel's first-touch page faults on a fresh few-hundred-MB tensor.
 
 ``flop_limit_ratio`` is FLOPs(full prefill) / FLOPs(the method's link), counted from the
 model config as in DESIGN.md section 5, generalised: per layer and recomputed token,
@@ -32,6 +34,7 @@ import torch
 from ..llm.linker import link, parse_method, recompute_mask
 from ..llm.model import LoadedModel
 from ..llm.segments import Segment, chunk_segment
+from ..llm.slab_pool import SlabPool
 from . import scoring
 from .data import load_haystack
 from .evaluate import compile_for, normalize_methods
@@ -162,6 +165,7 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
     tokens = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
     q_ids = query_ids(lm.tokenizer, query_tokens)
     memo: dict = {}
+    pool = SlabPool()  # as in the engine: cache memory is reused from one link to the next
     rows = []
     mem_how = None
     for li, T in enumerate(context_tokens):
@@ -174,16 +178,16 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
         seg_of = {m: segs[parse_method(m).recipe] for m in methods}
         if li == 0:  # warm every code path once (allocator, kernels), untimed
             for m in methods:
-                link(lm, seg_of[m], m)
+                pool.release(link(lm, seg_of[m], m, pool=pool).cache)
         times: dict[str, list[float]] = {m: [] for m in methods}
         recomputed = {}
         for rep in range(repeats):
             order = methods[rep % len(methods):] + methods[:rep % len(methods)]
             for m in order:
-                res = link(lm, seg_of[m], m)
+                res = link(lm, seg_of[m], m, pool=pool)
                 times[m].append(res.seconds)
                 recomputed[m] = res.recomputed
-                del res
+                pool.release(res.cache)
         full_flops = method_flops(lm, seg_of["full"], "full")
         medians = {m: scoring.median(times[m]) for m in methods}
         for m in methods:

@@ -131,7 +131,8 @@ def teacher_forced_logits(lm: LoadedModel, result: LinkResult, answer_ids: Seque
         result.cache.prepare(pos, n + a)
         mask = additive_mask(pos, n + a, dtype=lm.dtype, sliding_window=lm.sliding_window)
         ids = torch.as_tensor(list(answer_ids), dtype=torch.long, device=lm.device)[None]
-        out = forward_with_cache(lm.model, ids, pos[None], result.cache, mask, logits_to_keep=0)
+        out = forward_with_cache(lm.model, ids, pos[None], result.cache, mask, logits_to_keep=0,
+                                 bands=lm.bands(pos))
         rows.append(out.logits[0].float())
     return torch.cat(rows).cpu()
 

@@ -24,6 +24,7 @@ import torch
 from .linked_cache import LinkedCache, additive_mask, cache_kwarg
 from .model import LoadedModel
 from .segments import Segment
+from .slab_pool import SlabPool
 
 _CHECK_LAYER = 1
 
@@ -33,8 +34,12 @@ def _run_layer(layer: torch.nn.Module, hidden: torch.Tensor, pos: torch.Tensor, 
     """One decoder layer over the tokens at ``pos`` (``(R,)``), writing their K/V at ``pos``."""
     cache.prepare(pos, n)
     mask = additive_mask(pos, n, dtype=lm.dtype, sliding_window=lm.sliding_window)
+    extra = {kwarg: cache}
+    bands = lm.bands(pos)
+    if bands is not None:
+        extra["ragpic_bands"] = bands
     out = layer(hidden, attention_mask=mask, position_ids=pos[None],
-                position_embeddings=rotary(hidden, pos[None]), use_cache=True, **{kwarg: cache})
+                position_embeddings=rotary(hidden, pos[None]), use_cache=True, **extra)
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -53,7 +58,7 @@ def select_tokens(deviation: torch.Tensor, must: torch.Tensor, ratio: float) -> 
 
 @torch.inference_mode()
 def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], must: torch.Tensor,
-                    ratio: float, capacity: int) -> tuple[torch.Tensor, LinkedCache, torch.Tensor]:
+                    ratio: float, capacity: int, pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor]:
     """Link with CacheBlend-``ratio``; returns (last logits ``(V,)``, cache, recomputed ``(N,)`` bool).
 
     ``must`` marks the tokens every method recomputes (uncached text and the last token).
@@ -63,7 +68,7 @@ def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segme
 
     base = lm.model.model
     n = ids.numel()
-    cache = new_cache(lm, capacity)
+    cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
     kwarg = cache_kwarg(base.layers[0])
     everyone = torch.arange(n, device=lm.device)

@@ -67,7 +67,8 @@ def decode_tokens(lm: LoadedModel, cache: LinkedCache, first_logits: torch.Tenso
         pos = torch.tensor([prompt_len + i], device=lm.device)
         cache.prepare(pos, prompt_len + i + 1)
         mask = additive_mask(pos, prompt_len + i + 1, dtype=lm.dtype, sliding_window=lm.sliding_window)
-        out = forward_with_cache(lm.model, torch.tensor([[tok]], device=lm.device), pos[None], cache, mask)
+        out = forward_with_cache(lm.model, torch.tensor([[tok]], device=lm.device), pos[None], cache, mask,
+                                 bands=lm.bands(pos))
         logits = out.logits[0, -1].float()
 
 

@@ -9,6 +9,7 @@ must overwrite exactly their rows, in every layer, before that layer attends.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -60,22 +61,33 @@ class LinkedCache(Cache):
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, capacity: int,
-                 *, dtype: torch.dtype, device: torch.device):
-        shape = (num_layers, 1, num_kv_heads, capacity, head_dim)
-        # Uninitialised on purpose (zeroing costs ~6% of a link): every row below `length` is
-        # written before attention reads it, either by `fill` or by the forward that computes it.
-        self.key_slab = torch.empty(shape, dtype=dtype, device=device)
-        self.value_slab = torch.empty(shape, dtype=dtype, device=device)
+                 *, dtype: torch.dtype, device: torch.device,
+                 slabs: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """``slabs``: reuse these ``(L, 1, H_kv, >= capacity, D)`` tensors (from a ``SlabPool``)."""
+        if slabs is None:
+            shape = (num_layers, 1, num_kv_heads, capacity, head_dim)
+            # Uninitialised on purpose (zeroing costs ~6% of a link): every row below `length` is
+            # written before attention reads it, either by link's fill or by the forward that computes it.
+            slabs = (torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
+        self._slabs = slabs
+        self.key_slab = slabs[0][:, :, :, :capacity]
+        self.value_slab = slabs[1][:, :, :, :capacity]
         self.capacity = capacity
         self.length = 0
         self.write_rows = torch.zeros(0, dtype=torch.long, device=device)
         super().__init__(layers=[RowWriteLayer(self, i) for i in range(num_layers)])
 
-    def fill(self, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Place ``(L, H_kv, T, D)`` K/V (already at their global positions) at rows ``[start, start+T)``."""
-        t = keys.shape[2]
-        self.key_slab[:, 0, :, start:start + t] = keys
-        self.value_slab[:, 0, :, start:start + t] = values
+    def detach_slabs(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Give up the memory (for reuse); any later read or write of this cache fails loudly."""
+        slabs, self._slabs = self._slabs, None
+        self.key_slab = self.value_slab = None
+        for layer in self.layers:
+            layer.keys = layer.values = None
+        return slabs
+
+    def rows(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(L, H_kv, count, D)`` views of every layer's K and V at rows ``[start, start+count)``."""
+        return (self.key_slab[:, 0, :, start:start + count], self.value_slab[:, 0, :, start:start + count])
 
     def prepare(self, write_rows: torch.Tensor, length: int) -> None:
         """Before a forward: its tokens go to ``write_rows``; attention sees rows ``[0, length)``."""
@@ -110,8 +122,14 @@ def cache_kwarg(model: torch.nn.Module) -> str:
 
 
 def forward_with_cache(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                       cache: Cache, attention_mask: torch.Tensor | None, logits_to_keep: int = 1):
-    """The one place ragpic calls the model's forward with a cache (its name moved in 5.x)."""
+                       cache: Cache, attention_mask: torch.Tensor | None, logits_to_keep: int = 1,
+                       bands: Sequence | None = None):
+    """The one place ragpic calls the model's forward with a cache (its name moved in 5.x).
+
+    ``bands`` (from ``LoadedModel.bands``) reach :func:`ragpic.llm.attention.banded_sdpa`.
+    """
     kwargs = {cache_kwarg(model): cache}
+    if bands is not None:
+        kwargs["ragpic_bands"] = bands
     return model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
                  use_cache=True, logits_to_keep=logits_to_keep, **kwargs)

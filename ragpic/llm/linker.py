@@ -25,6 +25,7 @@ from .linked_cache import LinkedCache, additive_mask, forward_with_cache
 from .model import LoadedModel
 from .rope import rotate_keys
 from .segments import Segment, concat_ids, segment_starts
+from .slab_pool import SlabPool
 
 LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
@@ -135,7 +136,10 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def new_cache(lm: LoadedModel, capacity: int) -> LinkedCache:
+def new_cache(lm: LoadedModel, capacity: int, pool: SlabPool | None = None) -> LinkedCache:
+    """An empty cache for ``capacity`` rows, on a pool's idle memory when one is given."""
+    if pool is not None:
+        return pool.cache(lm.num_layers, lm.num_kv_heads, lm.head_dim, capacity, dtype=lm.dtype, device=lm.device)
     return LinkedCache(lm.num_layers, lm.num_kv_heads, lm.head_dim, capacity, dtype=lm.dtype, device=lm.device)
 
 
@@ -145,14 +149,16 @@ def fill_cached_rows(lm: LoadedModel, cache: LinkedCache, segments: Sequence[Seg
         if seg.kv is None:
             continue
         kv = seg.kv.to(lm.device, lm.dtype)
-        cache.fill(start, rotate_keys(kv.keys, start - kv.base_position, lm.inv_freq), kv.values)
+        keys, values = cache.rows(start, kv.num_tokens)
+        rotate_keys(kv.keys, start - kv.base_position, lm.inv_freq, out=keys)
+        values.copy_(kv.values)
 
 
-def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int) -> tuple[torch.Tensor, LinkedCache]:
+def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int, pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
     n = ids.numel()
     dyn = DynamicCache()
     out = forward_with_cache(lm.model, ids[None], torch.arange(n, device=lm.device)[None], dyn, None)
-    cache = new_cache(lm, capacity)
+    cache = new_cache(lm, capacity, pool)
     for layer, slab_k, slab_v in zip(dyn.layers, cache.key_slab, cache.value_slab):
         slab_k[:, :, :n] = layer.keys
         slab_v[:, :, :n] = layer.values
@@ -160,25 +166,26 @@ def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int) -> tuple[torch.Tens
 
 
 def _partial(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], rec: torch.Tensor,
-             capacity: int) -> tuple[torch.Tensor, LinkedCache]:
+             capacity: int, pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
     n = ids.numel()
-    cache = new_cache(lm, capacity)
+    cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
     pos = rec.nonzero().squeeze(1).to(lm.device)
     cache.prepare(pos, n)
     mask = additive_mask(pos, n, dtype=lm.dtype, sliding_window=lm.sliding_window)
-    out = forward_with_cache(lm.model, ids[pos][None], pos[None], cache, mask)
+    out = forward_with_cache(lm.model, ids[pos][None], pos[None], cache, mask, bands=lm.bands(pos))
     return out.logits[0, -1].float(), cache
 
 
 @torch.inference_mode()
 def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "legolink-16",
-         *, extra_capacity: int = 0) -> LinkResult:
+         *, extra_capacity: int = 0, pool: SlabPool | None = None) -> LinkResult:
     """Build the prompt's KV with ``method`` and return the last token's logits.
 
     Args:
         segments: the prompt in order; chunk segments carry compiled KV from this model.
         extra_capacity: rows to reserve after the prompt for decoding.
+        pool: take the cache's memory from this pool (hand it back with ``pool.release``).
     Raises:
         LinkError: empty or over-long prompt, KV of another model, or wrong compile recipe.
     """
@@ -189,13 +196,13 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
     _synchronize(lm.device)
     t0 = time.perf_counter()
     if method.kind == "full":
-        logits, cache = _full(lm, ids, n + extra_capacity)
+        logits, cache = _full(lm, ids, n + extra_capacity, pool)
     elif method.kind == "cacheblend":
         from .cacheblend import cacheblend_link
 
-        logits, cache, rec = cacheblend_link(lm, ids, segments, rec, method.ratio, n + extra_capacity)
+        logits, cache, rec = cacheblend_link(lm, ids, segments, rec, method.ratio, n + extra_capacity, pool)
     else:
-        logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity)
+        logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity, pool)
     cache.length = n
     _synchronize(lm.device)
     return LinkResult(logits=logits, cache=cache, num_tokens=n, recomputed=int(rec.sum()),

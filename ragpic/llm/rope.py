@@ -11,7 +11,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.Tensor) -> torch.Tensor:
+def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.Tensor,
+                *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Rotate keys that carry RoPE at positions ``p`` so they carry it at ``p + delta``.
 
     RoPE is a rotation by ``p * inv_freq`` per frequency pair, and rotations compose, so
@@ -23,20 +24,38 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.T
         delta: a scalar shift, or ``(T,)`` int64 per-token shifts.
         inv_freq: ``(D_rot/2,)`` fp32 inverse frequencies; when ``D_rot < D`` only the first
             ``D_rot`` dims rotate (partial rotary).
+        out: optional ``(..., T, D)`` destination (e.g. rows of a linked cache); fp32 keys
+            are then rotated straight into it, with no temporaries the size of ``keys``.
     Returns:
-        ``(..., T, D)`` rotated keys, same dtype and device as ``keys``.
+        ``(..., T, D)`` rotated keys (``out`` when given), same dtype and device as ``keys``.
     """
     d_rot = 2 * inv_freq.numel()
     delta = torch.as_tensor(delta, device=keys.device)
     if delta.dim() == 0:
         delta = delta.expand(keys.shape[-2])
     if not bool(delta.any()):
-        return keys
+        return keys if out is None else out.copy_(keys)
     freqs = delta.to(torch.float32)[:, None] * inv_freq.to(keys.device, torch.float32)[None, :]  # (T, D_rot/2)
+    if out is not None and keys.dtype == out.dtype == torch.float32:
+        return _rotate_into(out, keys, freqs.cos(), freqs.sin())
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos(), emb.sin()
     k = keys[..., :d_rot].to(torch.float32)
     rotated = (k * cos + rotate_half(k) * sin).to(keys.dtype)
-    if d_rot == keys.shape[-1]:
-        return rotated
-    return torch.cat((rotated, keys[..., d_rot:]), dim=-1)
+    if d_rot < keys.shape[-1]:
+        rotated = torch.cat((rotated, keys[..., d_rot:]), dim=-1)
+    return rotated if out is None else out.copy_(rotated)
+
+
+def _rotate_into(out: torch.Tensor, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``out = R(angle) keys`` for fp32 tensors, half by half; cos/sin are ``(T, D_rot/2)``."""
+    h = cos.shape[-1]
+    k1, k2 = keys[..., :h], keys[..., h:2 * h]
+    o1, o2 = out[..., :h], out[..., h:2 * h]
+    torch.mul(k1, cos, out=o1)
+    o1.addcmul_(k2, sin, value=-1)
+    torch.mul(k2, cos, out=o2)
+    o2.addcmul_(k1, sin)
+    if 2 * h < keys.shape[-1]:
+        out[..., 2 * h:] = keys[..., 2 * h:]
+    return out

@@ -1,0 +1,136 @@
+"""Banded link attention: exact SDPA for a few query rows over a long cache.
+
+At link time the R recomputed tokens are a few short runs (each chunk's first k tokens,
+glue, the query) spread over an N-token prompt, and a token at position ``p`` sees keys
+``[0, p]`` only. transformers' SDPA path runs one masked ``R x N`` attention over every key
+and, because a mask is given, first copies K and V once per query head (``repeat_kv``).
+Here the rows are cut into *bands* that share a visible key range and each band attends
+only to that range, reading K and V in place for every query head that shares them. Same
+scores, same mask values, same softmax: at 4k tokens with 8 chunks it does ~40% fewer
+attention FLOPs and copies no K/V.
+
+The function is registered in transformers' ``AttentionInterface`` under
+:data:`ATTENTION_NAME`; a forward without ``ragpic_bands`` falls through to transformers'
+own SDPA, so the model behaves exactly as before everywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION_NAME = "ragpic_sdpa"
+# One SDPA call costs about as much as this many (query row x key) pairs (python, dispatch,
+# kernel setup); bands are merged while that is cheaper than attending to a few extra keys.
+CALL_COST = 4096
+
+
+@dataclass(slots=True, frozen=True)
+class Band:
+    """Query rows ``[row_start, row_end)`` attend to keys ``[key_start, key_end)`` only."""
+
+    row_start: int
+    row_end: int
+    key_start: int
+    key_end: int
+
+    def pairs(self) -> int:
+        return (self.row_end - self.row_start) * (self.key_end - self.key_start)
+
+    def merge(self, other: "Band") -> "Band":
+        return Band(min(self.row_start, other.row_start), max(self.row_end, other.row_end),
+                    min(self.key_start, other.key_start), max(self.key_end, other.key_end))
+
+
+def query_bands(positions: Sequence[int], *, sliding_window: int | None = None,
+                call_cost: int | None = None) -> tuple[Band, ...]:
+    """Cut query rows (at these positions, in row order) into bands of nearby positions.
+
+    A row at position ``p`` sees keys ``(p - sliding_window, p]`` (``[0, p]`` without a
+    window), so a band's key range is the union over its rows; every key outside it is
+    masked for all of the band's rows and can be skipped without changing the result.
+    Adjacent rows are merged greedily while one call over the union costs less than two
+    (``call_cost``, default :data:`CALL_COST`, is the price of a call in row x key pairs).
+    """
+    call_cost = CALL_COST if call_cost is None else call_cost
+    bands: list[Band] = []
+    for row, p in enumerate(int(p) for p in positions):
+        band = Band(row, row + 1, max(0, p - sliding_window + 1) if sliding_window else 0, p + 1)
+        if bands:
+            merged = bands[-1].merge(band)
+            if merged.pairs() <= bands[-1].pairs() + band.pairs() + call_cost:
+                bands[-1] = merged
+                continue
+        bands.append(band)
+    return tuple(bands)
+
+
+def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                ragpic_bands: Sequence[Band] | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers attention-interface function.
+
+    Args:
+        query: ``(1, H, R, D)``; key, value: ``(1, H_kv, N, D)`` (not repeated per head).
+        attention_mask: ``(1, 1, R, N)`` additive mask, required with ``ragpic_bands``.
+        ragpic_bands: from :func:`query_bands`; without it this is transformers' SDPA.
+    Returns:
+        ``((1, R, H, D) attention output, None)``.
+    """
+    if ragpic_bands is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    b, h, r, _ = query.shape
+    out = query.new_empty(b, h, r, value.shape[-1])
+    for band in ragpic_bands:
+        r0, r1, k0, k1 = band.row_start, band.row_end, band.key_start, band.key_end
+        out[:, :, r0:r1] = grouped_sdpa(query[:, :, r0:r1], key[:, :, k0:k1], value[:, :, k0:k1],
+                                        attention_mask[:, :, r0:r1, k0:k1], dropout, scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                 dropout: float = 0.0, scaling: float | None = None, *, fold: bool | None = None) -> torch.Tensor:
+    """SDPA of ``(B, H, R, D)`` queries over ``(B, H_kv, S, D)`` keys without copying K/V per head.
+
+    On the CPU, torch's flash kernel takes ``enable_gqa`` with a mask. Elsewhere the
+    ``H / H_kv`` query heads that share a KV head are folded into the row dim instead (the
+    mask is repeated for them), which every fused kernel handles. ``fold`` forces either way.
+    Returns ``(B, H, R, D_v)``.
+    """
+    b, h, r, d = query.shape
+    kv_heads = key.shape[1]
+    if fold is None:
+        fold = query.device.type != "cpu"
+    if not fold or h == kv_heads:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
+                                              enable_gqa=h != kv_heads)
+    g = h // kv_heads
+    q = query.reshape(b, kv_heads, g * r, d)
+    m = mask.expand(b, g, r, mask.shape[-1]).reshape(b, 1, g * r, mask.shape[-1])
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, dropout_p=dropout, scale=scaling)
+    return out.view(b, h, r, -1)
+
+
+def install_banded_attention(model: torch.nn.Module) -> bool:
+    """Switch a model that runs transformers' SDPA to :func:`banded_sdpa`; True when it did.
+
+    Models on eager or flash attention are left alone (link then passes no bands).
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    current = getattr(model.config, "_attn_implementation", None)
+    if current == ATTENTION_NAME:
+        return True
+    if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return False
+    AttentionInterface.register(ATTENTION_NAME, banded_sdpa)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    model.set_attn_implementation(ATTENTION_NAME)
+    return model.config._attn_implementation == ATTENTION_NAME
