@@ -4,7 +4,6 @@ The shared engine links with ``legolink-100000`` (k covers every chunk, so every
 is recomputed): its answers must equal ``full`` prefill's, while the KV still comes from the
 store (proven by the store's counters and the chunks loaded per call).
 
-Set ``RAGPIC_BENCH=1`` to also measure chain TTFT, ``legolink-16`` vs ``full``.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -307,31 +305,3 @@ def test_reload_in_fresh_process_compiles_nothing(rag, embed_model_path):
     assert res["info"]["chunks_loaded"] == K and res["info"]["chunks_compiled"] == 0, res
     assert res["info"]["hints"] == K, res
     assert res["answer"] == expected
-
-
-@pytest.mark.skipif(not os.environ.get("RAGPIC_BENCH"), reason="set RAGPIC_BENCH=1 to measure TTFT")
-def test_bench_chain_ttft(smol, musique, embeddings, tmp_path):
-    """Chain TTFT (call -> first streamed piece) over full-length passages, k=4."""
-    engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=8), lm=smol)
-    store = faiss_from_documents(passages(musique[0], words=None), embeddings, engine)
-    retriever = store.as_retriever(search_kwargs={"k": 4})
-    qs = [musique[0]["question"], *(musique[i]["question"] for i in range(1, 5))]
-    out = {}
-    for method in ("full", "legolink-16"):
-        llm = RagPicLLM(engine=engine, method=method)
-        rec = Recorder()
-        chain = rag_chain(retriever, llm).with_config(callbacks=[llm.hints, rec])
-        chain.invoke(qs[0])  # warm up
-        ttfts = []
-        for q in qs:
-            t0, first = time.perf_counter(), None
-            for piece in chain.stream(q):
-                if piece and first is None:
-                    first = time.perf_counter() - t0
-            ttfts.append(first)
-        out[method] = (statistics.median(ttfts), statistics.median(i["prompt_tokens"] for i in rec.infos[1:]),
-                       statistics.median(i["ttft_s"] for i in rec.infos[1:]))
-    print(f"\nchain TTFT median over {len(qs)} queries (prompt tokens, engine TTFT):")
-    for method, (ttft, toks, eng) in out.items():
-        print(f"  {method:12s} {ttft * 1000:8.0f} ms  ({toks:.0f} tokens, engine {eng * 1000:.0f} ms)")
-    print(f"  speedup {out['full'][0] / out['legolink-16'][0]:.1f}x")

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -337,26 +336,3 @@ def test_reload_in_a_new_process_links_without_compiling(built, question, embed_
     assert out["compiled"] == 0 and out["puts"] == 0 and out["misses"] == 0
     assert out["loaded"] == TOP_K and out["backend_hits"] == TOP_K
     assert out["answer"] == json.loads(saved.read_text())["answer"]
-
-
-# ----- TTFT (printed; the figures go in the closing note) ---------------------------------------
-
-
-def test_query_engine_ttft_legolink_vs_full(built, question, musique):
-    if not os.environ.get("RAGPIC_TTFT"):
-        pytest.skip("set RAGPIC_TTFT=1 to measure query-engine TTFT (slow)")
-    _, engine, index = built
-    qs = [question["question"]] + [q["question"] for q in musique[:4] if q is not question][:2]
-    res = {}
-    for method in ("legolink-16", "full"):
-        llm = RagPicLLM(engine, max_new_tokens=1, method=method)
-        qe = make_query_engine(index, llm, similarity_top_k=TOP_K)
-        ttfts = []
-        for q in qs:
-            t0 = time.perf_counter()
-            qe.query(q)
-            ttfts.append((llm.last_generation.ttft_s, time.perf_counter() - t0, llm.last_generation.prompt_tokens))
-        res[method] = sorted(ttfts)[len(ttfts) // 2]
-    print(f"\nquery-engine TTFT (median of {len(qs)}): " + ", ".join(
-        f"{m}: ttft {t:.2f}s, query {w:.2f}s, {n} prompt tokens" for m, (t, w, n) in res.items()))
-    assert res["legolink-16"][0] < res["full"][0]
