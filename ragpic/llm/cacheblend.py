@@ -58,7 +58,8 @@ def select_tokens(deviation: torch.Tensor, must: torch.Tensor, ratio: float) -> 
 
 @torch.inference_mode()
 def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], must: torch.Tensor,
-                    ratio: float, capacity: int, pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor]:
+                    ratio: float, capacity: int,
+                    pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor]:
     """Link with CacheBlend-``ratio``; returns (last logits ``(V,)``, cache, recomputed ``(N,)`` bool).
 
     ``must`` marks the tokens every method recomputes (uncached text and the last token).

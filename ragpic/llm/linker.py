@@ -154,7 +154,8 @@ def fill_cached_rows(lm: LoadedModel, cache: LinkedCache, segments: Sequence[Seg
         values.copy_(kv.values)
 
 
-def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int, pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
+def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int,
+          pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
     n = ids.numel()
     dyn = DynamicCache()
     out = forward_with_cache(lm.model, ids[None], torch.arange(n, device=lm.device)[None], dyn, None)

@@ -163,7 +163,11 @@ def model_fingerprint(model: torch.nn.Module, tokenizer) -> str:
 
 
 def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom") -> LoadedModel:
-    """Check an already-loaded model + tokenizer and wrap it for compile/link."""
+    """Check an already-loaded model + tokenizer and wrap it for compile/link.
+
+    A model on transformers' ``sdpa`` attention is switched to ``ragpic_sdpa``
+    (:mod:`ragpic.llm.attention`): the same SDPA unless link passes attention bands.
+    """
     check_supported(model.config)
     model.eval()
     cfg = model.config
