@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .linked_cache import LinkedCache, additive_mask, cache_kwarg
+from .linked_cache import LinkedCache, additive_mask, cache_kwarg, cache_kwargs
 from .model import LoadedModel
 from .segments import Segment
 from .slab_pool import SlabPool
@@ -34,12 +34,8 @@ def _run_layer(layer: torch.nn.Module, hidden: torch.Tensor, pos: torch.Tensor, 
     """One decoder layer over the tokens at ``pos`` (``(R,)``), writing their K/V at ``pos``."""
     cache.prepare(pos, n)
     mask = additive_mask(pos, n, dtype=lm.dtype, sliding_window=lm.sliding_window)
-    extra = {kwarg: cache}
-    bands = lm.bands(pos)
-    if bands is not None:
-        extra["ragpic_bands"] = bands
-    out = layer(hidden, attention_mask=mask, position_ids=pos[None],
-                position_embeddings=rotary(hidden, pos[None]), use_cache=True, **extra)
+    out = layer(hidden, attention_mask=mask, position_ids=pos[None], position_embeddings=rotary(hidden, pos[None]),
+                use_cache=True, **cache_kwargs(kwarg, cache, lm.bands(pos)))
     return out[0] if isinstance(out, tuple) else out
 
 

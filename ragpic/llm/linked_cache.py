@@ -128,8 +128,14 @@ def forward_with_cache(model: torch.nn.Module, input_ids: torch.Tensor, position
 
     ``bands`` (from ``LoadedModel.bands``) reach :func:`ragpic.llm.attention.banded_sdpa`.
     """
-    kwargs = {cache_kwarg(model): cache}
+    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                 use_cache=True, logits_to_keep=logits_to_keep, **cache_kwargs(cache_kwarg(model), cache, bands))
+
+
+def cache_kwargs(name: str, cache: Cache, bands: Sequence | None = None) -> dict:
+    """Keyword arguments that hand ``cache`` (under ``name``, see :func:`cache_kwarg`) and link
+    ``bands`` (when given) to a model or decoder-layer forward."""
+    kwargs = {name: cache}
     if bands is not None:
         kwargs["ragpic_bands"] = bands
-    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                 use_cache=True, logits_to_keep=logits_to_keep, **kwargs)
+    return kwargs

@@ -5,12 +5,6 @@ from __future__ import annotations
 import torch
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """HF/GPT-NeoX convention: the first half of head_dim pairs with the second half."""
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.Tensor,
                 *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Rotate keys that carry RoPE at positions ``p`` so they carry it at ``p + delta``.
@@ -29,26 +23,26 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.T
     Returns:
         ``(..., T, D)`` rotated keys (``out`` when given), same dtype and device as ``keys``.
     """
-    d_rot = 2 * inv_freq.numel()
     delta = torch.as_tensor(delta, device=keys.device)
     if delta.dim() == 0:
         delta = delta.expand(keys.shape[-2])
     if not bool(delta.any()):
         return keys if out is None else out.copy_(keys)
     freqs = delta.to(torch.float32)[:, None] * inv_freq.to(keys.device, torch.float32)[None, :]  # (T, D_rot/2)
+    cos, sin = freqs.cos(), freqs.sin()
     if out is not None and keys.dtype == out.dtype == torch.float32:
-        return _rotate_into(out, keys, freqs.cos(), freqs.sin())
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    k = keys[..., :d_rot].to(torch.float32)
-    rotated = (k * cos + rotate_half(k) * sin).to(keys.dtype)
-    if d_rot < keys.shape[-1]:
-        rotated = torch.cat((rotated, keys[..., d_rot:]), dim=-1)
+        return _rotate_into(out, keys, cos, sin)
+    k = keys.to(torch.float32)
+    rotated = _rotate_into(torch.empty_like(k), k, cos, sin).to(keys.dtype)
     return rotated if out is None else out.copy_(rotated)
 
 
 def _rotate_into(out: torch.Tensor, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``out = R(angle) keys`` for fp32 tensors, half by half; cos/sin are ``(T, D_rot/2)``."""
+    """``out = R(angle) keys`` for fp32 tensors, half by half; cos/sin are ``(T, D_rot/2)``.
+
+    HF/GPT-NeoX convention: dim ``i`` pairs with dim ``i + D_rot/2``; dims past ``D_rot``
+    (partial rotary) pass through unchanged.
+    """
     h = cos.shape[-1]
     k1, k2 = keys[..., :h], keys[..., h:2 * h]
     o1, o2 = out[..., :h], out[..., h:2 * h]
