@@ -33,7 +33,7 @@ import torch
 
 from ragpic.cache import ChunkStore, chunk_key
 from ragpic.cache.backends import DiskBackend, MemoryBackend
-from ragpic.llm.kv import ChunkKV
+from ragpic.core.kv import ChunkKV
 
 FP = "bench/smollm2-geometry"
 
@@ -154,8 +154,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def smollm2_compile_fn(tokens: int) -> Callable[[torch.dtype], Any]:
     """Compile one ``tokens``-long chunk with the embedded SmolLM2 (as loaded on this device)."""
-    from ragpic.llm.compile import compile_chunks
-    from ragpic.llm.model import load_model
+    from ragpic.core.compile import compile_chunks
+    from ragpic.core.model import load_model
 
     lm = load_model()
     ids = [list(range(1000, 1000 + tokens))]

@@ -117,7 +117,7 @@ def _progress(args):
 def _load(args):
     import torch
 
-    from .llm.model import load_model
+    from ragpic.core.model import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,15 +1,24 @@
-"""The one settings object a user touches."""
+"""The one settings object a user touches, and where ragpic keeps files. No torch import."""
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from .llm.linker import parse_method
+from ragpic.core.methods import parse_method
+from ragpic.errors import ConfigError
+
+__all__ = ["Config", "cache_dir", "kv_folder"]
+
+KV_QUANTS = ("none", "int8")
+DTYPES = (None, "float32", "bfloat16", "float16")
 
 
 @dataclass(slots=True)
 class Config:
-    """ragpic settings, checked on creation.
+    """ragpic settings, checked on creation (a bad one raises :class:`ragpic.errors.ConfigError`).
 
     Attributes:
         model: HF folder / cached hub id, or ``None`` for the embedded SmolLM2-135M-Instruct.
@@ -17,8 +26,9 @@ class Config:
         dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``None`` (fp32 on CPU, bf16 on GPU).
         method: link method: ``legolink-<k>`` (default ``legolink-16``), ``legolink-0``,
             ``naive``, ``cacheblend-<percent>`` or ``full``.
-        store: where compiled KV lives: a folder (diskcache, put it beside your vector index),
-            ``redis://host:port/db`` (shared by several workers), or ``None`` (memory only).
+        store: where compiled KV lives: a folder (put it beside your vector index, see
+            :func:`kv_folder`), ``redis://host:port/db`` (shared by several workers), or
+            ``None`` (memory only).
         store_size_limit_gb: disk budget of a folder store (LRU eviction past it).
         memory_cache_mb: hot in-memory tier in front of the store.
         kv_quant: ``"none"`` or ``"int8"`` (per-token absmax, half the bytes of fp16).
@@ -46,11 +56,37 @@ class Config:
 
     def __post_init__(self) -> None:
         parse_method(self.method)  # raises with the list of valid methods
-        if self.kv_quant not in ("none", "int8"):
-            raise ValueError(f"kv_quant must be 'none' or 'int8', got {self.kv_quant!r}")
-        if self.dtype not in (None, "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be float32, bfloat16, float16 or None, got {self.dtype!r}")
-        if self.max_new_tokens < 1 or self.batch_tokens < 1 or self.memory_cache_mb < 0:
-            raise ValueError("max_new_tokens and batch_tokens must be >= 1, memory_cache_mb >= 0")
-        if self.store_size_limit_gb <= 0:
-            raise ValueError("store_size_limit_gb must be > 0")
+        if self.kv_quant not in KV_QUANTS:
+            raise ConfigError(f"kv_quant must be one of {KV_QUANTS}, got {self.kv_quant!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be float32, bfloat16, float16 or None, got {self.dtype!r}")
+        for name in ("max_new_tokens", "batch_tokens"):
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)
+        _check_number("store_size_limit_gb", self.store_size_limit_gb, "a number of GiB > 0", lambda v: v > 0)
+        _check_number("temperature", self.temperature, "a number >= 0 (0 is greedy)", lambda v: v >= 0)
+        _check_number("top_p", self.top_p, "a number in (0, 1]", lambda v: 0 < v <= 1)
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_number(name: str, value: object, what: str, ok) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not ok(value):
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def cache_dir() -> Path:
+    """Where ragpic keeps converted models and demo indexes: ``$RAGPIC_HOME`` or ``~/.cache/ragpic``."""
+    root = os.environ.get("RAGPIC_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ragpic"
+    )
+    return Path(root)
+
+
+def kv_folder(index_folder: str | os.PathLike) -> str:
+    """Where the compiled KV of the vector index persisted in ``index_folder`` lives:
+    ``index_folder/kv``. Use it as ``Config(store=kv_folder(folder))``."""
+    return str(Path(index_folder) / "kv")

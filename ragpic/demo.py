@@ -99,7 +99,7 @@ def answer(engines: dict, question: str, out) -> dict:
 def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
     from ragpic import Config, RagPic
     from ragpic.llm.llamaindex import RagPicLLM, make_query_engine
-    from ragpic.llm.model import cache_dir
+    from ragpic.config import cache_dir
     from ragpic.retriever_hooks.llamaindex import kv_folder
 
     folder = Path(args.index or cache_dir() / "demo" / ("index" if not args.folder else Path(args.folder).name))

@@ -9,57 +9,24 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 
-from .config import Config
-from .llm.compile import ChunkError, compile_chunks
-from .llm.generate import Sampling, TextDelta, decode_tokens, stream_text
-from .llm.kv import ChunkKV
-from .llm.linker import LinkResult, Method, link, parse_method
-from .llm.model import LoadedModel, load_model
-from .llm.segments import Segment, chunk_segment, find_chunks, split_prompt, text_segment
-from .llm.slab_pool import SlabPool
+from ragpic.config import Config
+from ragpic.core.compile import compile_chunks
+from ragpic.core.decode import Sampling, decode_tokens
+from ragpic.core.kv import ChunkKV
+from ragpic.core.link import LinkResult, link
+from ragpic.core.matching import find_chunks, split_prompt
+from ragpic.core.methods import Method, parse_method
+from ragpic.core.model import LoadedModel, load_model
+from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.segments import Segment, chunk_segment, text_segment
+from ragpic.core.text_stream import stream_text
+from ragpic.errors import ChunkError
+from ragpic.generation import Generation, GenerationStream, MatchStats
 
+__all__ = ["Generation", "GenerationStream", "RagPic"]
 
 Messages = Sequence[dict]
-
-
-@dataclass(slots=True)
-class Generation:
-    """One answer and how it was produced.
-
-    ``ttft_s`` runs from the call to the first generated token: segmenting, loading KV,
-    compiling misses, linking and picking the token. ``link_s`` is the link forward alone.
-    """
-
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
-    method: str = ""
-    ttft_s: float = 0.0
-    link_s: float = 0.0
-    prompt_tokens: int = 0
-    recomputed_tokens: int = 0
-    chunks_matched: int = 0
-    chunks_loaded: int = 0
-    chunks_compiled: int = 0
-
-
-class GenerationStream:
-    """Iterate for text deltas; ``result`` holds the whole :class:`Generation` once done."""
-
-    def __init__(self, deltas: Iterator[TextDelta], result: Generation):
-        self._deltas = deltas
-        self.result = result
-
-    def __iter__(self) -> Iterator[str]:
-        for d in self._deltas:
-            self.result.text += d.text
-            self.result.token_ids = d.token_ids
-            if d.finish_reason:
-                self.result.finish_reason = d.finish_reason
-            if d.text:
-                yield d.text
 
 
 class RagPic:
@@ -72,7 +39,7 @@ class RagPic:
     """
 
     def __init__(self, config: Config | None = None, *, lm: LoadedModel | None = None, store=None):
-        from .cache import open_store
+        from ragpic.cache import open_store
 
         self.config = config or Config()
         # Serialises model steps (a link, then each decoded token) across threads; held per
@@ -111,7 +78,7 @@ class RagPic:
 
     # ----- compile --------------------------------------------------------------------
     def chunk_key(self, text: str, method: str | Method | None = None) -> str:
-        from .cache import chunk_key
+        from ragpic.cache import chunk_key
 
         recipe = parse_method(method or self.config.method).recipe
         return chunk_key(self.lm.fingerprint, text, recipe, self.lm.dtype)
@@ -161,7 +128,7 @@ class RagPic:
 
     # ----- segments -------------------------------------------------------------------
     def segments(self, text: str, hints: Sequence[str] | None = None,
-                 method: str | Method | None = None) -> tuple[list[Segment], dict]:
+                 method: str | Method | None = None) -> tuple[list[Segment], MatchStats]:
         """Split template-formatted prompt text into segments, loading (or compiling) chunk KV.
 
         ``hints`` are chunk texts expected in the prompt (e.g. retrieved nodes); without
@@ -171,18 +138,18 @@ class RagPic:
         matches = find_chunks(text, hints) if hints else []
         if not matches:
             matches = find_chunks(text, self.store.texts().values())
-        stats = {"matched": len(matches), "loaded": 0, "compiled": 0}
+        stats = MatchStats(matched=len(matches), hinted=len(hints or ()))
         if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
-        if method.kind == "full":  # the same token sequence the linked methods see (DESIGN 3), all computed
+        if method.kind == "full":  # the same token sequence the linked methods see, all computed
             return [text_segment(self.lm.tokenizer, p) for p, _ in split_prompt(text, matches)], stats
         keys = {m.text: self.chunk_key(m.text, method) for m in matches}
         kvs = self.store.get_many(list(dict.fromkeys(keys.values())))
-        stats["loaded"] = len(kvs)
+        stats.loaded = len(kvs)
         missing = [(k, t) for t, k in keys.items() if k not in kvs]
         if missing and self.config.compile_on_miss:
             kvs.update(self._compile_and_store(missing, method))
-            stats["compiled"] = len(missing)
+            stats.compiled = len(missing)
         segs: list[Segment] = []
         for piece, is_chunk in split_prompt(text, matches):
             kv = kvs.get(keys[piece]) if is_chunk else None
@@ -220,9 +187,10 @@ class RagPic:
             segs, stats = self.segments(text, hints, method)
             res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens, pool=self._pool)
         result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
-                            recomputed_tokens=res.recomputed, chunks_matched=stats["matched"],
-                            chunks_loaded=stats["loaded"], chunks_compiled=stats["compiled"])
-        return GenerationStream(stream_text(self.lm, self._timed(res, params, t0, result), params), result)
+                            recomputed_tokens=res.recomputed, chunks_matched=stats.matched,
+                            chunks_loaded=stats.loaded, chunks_compiled=stats.compiled)
+        tokens = self._timed(res, params, t0, result)
+        return GenerationStream(stream_text(self.lm.tokenizer, tokens, params), result)
 
     def generate(self, prompt: str | Messages, **kwargs) -> Generation:
         """Like :meth:`stream`, but returns the finished :class:`Generation`."""
@@ -249,9 +217,3 @@ class RagPic:
         finally:  # finished, failed or abandoned: the next request reuses the cache's memory
             tokens.close()
             self._pool.release(res.cache)
-
-    def link(self, segments: Sequence[Segment], method: str | Method | None = None,
-             extra_capacity: int = 0) -> LinkResult:
-        """Low-level: link already-built segments (see :mod:`ragpic.llm.linker`)."""
-        return link(self.lm, segments, method or self.config.method, extra_capacity=extra_capacity)
-

@@ -12,7 +12,7 @@ import time
 import torch
 
 from ragpic.cache.keys import chunk_key
-from ragpic.llm.kv import ChunkKV
+from ragpic.core.kv import ChunkKV
 
 FP = "test-model@deadbeef/float32"
 

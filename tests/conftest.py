@@ -27,7 +27,7 @@ def musique() -> list[dict]:
 @pytest.fixture(scope="session")
 def smol():
     """SmolLM2-135M-Instruct (the embedded default), fp32 on the CPU, loaded once."""
-    from ragpic.llm.model import load_model
+    from ragpic.core.model import load_model
 
     return load_model(device="cpu")
 

@@ -8,13 +8,14 @@ import types
 import pytest
 import torch
 
-from ragpic.llm import attention
-from ragpic.llm.attention import banded_sdpa, grouped_sdpa, query_bands
-from ragpic.llm.compile import compile_chunks
-from ragpic.llm.linked_cache import additive_mask
-from ragpic.llm.linker import link, recompute_mask, parse_method
-from ragpic.llm.segments import chunk_segment, text_segment
-from ragpic.llm.slab_pool import SlabPool
+from ragpic.core.ops import attention
+from ragpic.core.ops.attention import banded_sdpa, grouped_sdpa, query_bands
+from ragpic.core.compile import compile_chunks
+from ragpic.core.ops.attention import additive_mask
+from ragpic.core.link import link, recompute_mask
+from ragpic.core.methods import parse_method
+from ragpic.core.segments import chunk_segment, text_segment
+from ragpic.core.ops.slab_pool import SlabPool
 from tiny import tiny_lm
 
 TOL = 1e-5

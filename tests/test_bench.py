@@ -13,8 +13,8 @@ def test_flops_closed_form_and_limits():
     import torch
 
     from ragpic.eval.bench import _cfg_sizes, method_flops
-    from ragpic.llm.compile import compile_chunks
-    from ragpic.llm.segments import Segment, chunk_segment
+    from ragpic.core.compile import compile_chunks
+    from ragpic.core.segments import Segment, chunk_segment
 
     lm = tiny_lm("llama", num_hidden_layers=4)
     s = _cfg_sizes(lm)

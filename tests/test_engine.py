@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragpic import Config, RagPic
-from ragpic.llm.compile import ChunkError
+from ragpic.errors import ChunkError
 from tiny import tiny_lm
 
 PASSAGES = [

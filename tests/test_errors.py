@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragpic.llm.compile import ChunkError, compile_chunks
-from ragpic.llm.linker import LinkError, link, parse_method
-from ragpic.llm.model import UnsupportedModelError, check_supported, wrap_model
-from ragpic.llm.segments import Segment, chunk_segment
+from ragpic.errors import ChunkError
+from ragpic.core.compile import compile_chunks
+from ragpic.errors import LinkError
+from ragpic.core.link import link
+from ragpic.core.methods import parse_method
+from ragpic.errors import UnsupportedModelError
+from ragpic.core.model import check_supported, wrap_model
+from ragpic.core.segments import Segment, chunk_segment
 from tiny import tiny_config, tiny_lm, tiny_tokenizer
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ragpic.llm.generate import Sampling, TextDelta, decode_tokens, stream_text, _held_back
-from ragpic.llm.linker import link
-from ragpic.llm.segments import Segment
+from ragpic.core.decode import Sampling, decode_tokens
+from ragpic.core.text_stream import TextDelta, stream_text, _held_back
+from ragpic.core.link import link
+from ragpic.core.segments import Segment
 from tiny import tiny_lm
 
 
@@ -57,13 +58,9 @@ class _FakeTok:
         return "".join(chr(i) for i in ids)
 
 
-class _FakeLM:
-    tokenizer = _FakeTok()
-
-
 def _deltas(text, stop, max_new=100):
     s = Sampling(max_new_tokens=max_new, stop=tuple(stop))
-    return list(stream_text(_FakeLM(), iter(ord(c) for c in text), s))
+    return list(stream_text(_FakeTok(), iter(ord(c) for c in text), s))
 
 
 def test_stop_string_is_cut_and_never_emitted():

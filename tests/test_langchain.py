@@ -269,7 +269,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from ragpic.config import Config
 from ragpic.engine import RagPic
 from ragpic.llm.langchain import RagPicLLM
-from ragpic.llm.model import load_model
+from ragpic.core.model import load_model
 from ragpic.retriever_hooks.langchain import compile_vectorstore, kv_path, load_faiss
 from test_langchain import EXACT, K, NEW_TOKENS, MiniLM, Recorder, rag_chain
 

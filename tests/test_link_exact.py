@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragpic.llm.compile import compile_chunks
-from ragpic.llm.linker import link, recompute_mask, parse_method
-from ragpic.llm.rope import rotate_keys
-from ragpic.llm.segments import chunk_segment, text_segment
+from ragpic.core.compile import compile_chunks
+from ragpic.core.link import link, recompute_mask
+from ragpic.core.methods import parse_method
+from ragpic.core.ops.rope import rotate_keys
+from ragpic.core.segments import chunk_segment, text_segment
 from tiny import tiny_lm
 
 CHUNKS = [
@@ -102,7 +103,7 @@ def test_rotating_into_a_buffer_equals_rotating_out_of_place(rotary_pairs):
 
 
 def _ids_segment(ids):
-    from ragpic.llm.segments import Segment
+    from ragpic.core.segments import Segment
 
     return Segment(token_ids=ids)
 

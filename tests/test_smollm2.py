@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragpic.llm.compile import compile_chunks
-from ragpic.llm.generate import Sampling, decode_tokens
-from ragpic.llm.linker import link
-from ragpic.llm.segments import chunk_segment, text_segment
+from ragpic.core.compile import compile_chunks
+from ragpic.core.decode import Sampling, decode_tokens
+from ragpic.core.link import link
+from ragpic.core.segments import chunk_segment, text_segment
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def _passage_segments(lm, question, n=4, cut=160):
 
 
 def test_default_model_loads_offline_with_a_stable_fingerprint(smol):
-    from ragpic.llm.model import model_fingerprint
+    from ragpic.core.fingerprint import model_fingerprint
 
     assert smol.name == "smollm2-135m-instruct" and smol.num_layers == 30 and smol.num_kv_heads == 3
     assert smol.fingerprint == model_fingerprint(smol.model, smol.tokenizer)

@@ -56,11 +56,12 @@ def tiny_config(kind: str = "llama", **overrides):
     return cls(**common)
 
 
-def tiny_lm(kind: str = "llama", seed: int = 0, attn: str = "sdpa", **overrides):
-    """A random-weight model of ``kind`` wrapped for ragpic, fp32 on the CPU."""
+def tiny_lm(kind: str = "llama", seed: int = 0, attn: str = "sdpa", banded: bool = True, **overrides):
+    """A random-weight model of ``kind`` wrapped for ragpic, fp32 on the CPU (on ragpic's
+    banded attention when ``attn`` is ``sdpa`` and ``banded``, as ``load_model`` does)."""
     from transformers import AutoModelForCausalLM
 
-    from ragpic.llm.model import wrap_model
+    from ragpic.core.model import wrap_model
 
     torch.manual_seed(seed)
     cfg = tiny_config(kind, **overrides)
@@ -72,7 +73,7 @@ def tiny_lm(kind: str = "llama", seed: int = 0, attn: str = "sdpa", **overrides)
         for name, p in model.named_parameters():
             if "norm" not in name:
                 p.mul_(8.0)
-    return wrap_model(model, tiny_tokenizer(), name=f"tiny-{kind}-{seed}")
+    return wrap_model(model, tiny_tokenizer(), name=f"tiny-{kind}-{seed}", banded_attention=banded)
 
 
 def saved_tiny_model(folder, kind: str = "llama"):

@@ -41,7 +41,8 @@ from typing import Any
 import torch
 
 from ragpic.cache.keys import dtype_name
-from ragpic.llm.kv import ChunkKV
+from ragpic.core.kv import ChunkKV
+from ragpic.errors import CorruptEntry, ForeignEntry
 
 MAGIC = b"RPKV"
 FORMAT_VERSION = 1
@@ -58,14 +59,6 @@ _REQUIRED = {
     "num_tokens": int, "quant": str, "text": str, "payload_bytes": int, "payload_sha256": str,
     "byteorder": str,
 }
-
-
-class CorruptEntry(ValueError):
-    """The bytes are not an intact ragpic entry (bad magic, version, length, checksum, shape)."""
-
-
-class ForeignEntry(ValueError):
-    """An intact entry, but compiled for another model fingerprint."""
 
 
 def _layout(shape: tuple[int, int, int, int], dtype: torch.dtype, quant: str) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:

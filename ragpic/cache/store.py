@@ -26,7 +26,7 @@ from ragpic.cache.disk import DEFAULT_SIZE_LIMIT
 from ragpic.cache.entry import QUANTS, CorruptEntry, ForeignEntry, decode, encode
 from ragpic.cache.keys import chunk_key
 from ragpic.cache.lru import ByteLRU
-from ragpic.llm.kv import ChunkKV
+from ragpic.core.kv import ChunkKV
 
 log = logging.getLogger("ragpic.cache")
 

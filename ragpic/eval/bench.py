@@ -31,17 +31,18 @@ from pathlib import Path
 
 import torch
 
-from ..llm.linker import link, parse_method, recompute_mask
-from ..llm.model import LoadedModel
-from ..llm.segments import Segment, chunk_segment
-from ..llm.slab_pool import SlabPool
+from ragpic.core.link import link, recompute_mask
+from ragpic.core.methods import parse_method
+from ragpic.core.model import LoadedModel
+from ragpic.core.segments import Segment, chunk_segment
+from ragpic.core.ops.slab_pool import SlabPool
 from . import scoring
 from .data import load_haystack
 from .evaluate import compile_for, normalize_methods
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-16", "cacheblend-15")
 QUERY_TEXT = "\n\nQuestion: what is the one idea that connects all of these essays, and why does it matter? "
-_CACHEBLEND_FULL_LAYERS = 2  # layers 0 and 1 see every token (ragpic.llm.cacheblend)
+_CACHEBLEND_FULL_LAYERS = 2  # layers 0 and 1 see every token (ragpic.core.cacheblend)
 
 
 # ----------------------------------------------------------------------------- FLOPs

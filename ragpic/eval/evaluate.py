@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..llm.compile import compile_chunks
-from ..llm.generate import Sampling, decode_tokens
-from ..llm.kv import ChunkKV
-from ..llm.linked_cache import additive_mask, forward_with_cache
-from ..llm.linker import LinkResult, link, parse_method
-from ..llm.model import LoadedModel
-from ..llm.segments import Segment, chunk_segment, text_segment
+from ragpic.core.compile import compile_chunks
+from ragpic.core.decode import Sampling, decode_tokens
+from ragpic.core.kv import ChunkKV
+from ragpic.core.forward import forward_rows
+from ragpic.core.link import LinkResult, link
+from ragpic.core.methods import parse_method
+from ragpic.core.model import LoadedModel
+from ragpic.core.segments import Segment, chunk_segment, text_segment
 from . import scoring
 from .data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
 
@@ -128,12 +129,8 @@ def teacher_forced_logits(lm: LoadedModel, result: LinkResult, answer_ids: Seque
     if len(answer_ids):
         n, a = result.num_tokens, len(answer_ids)
         pos = torch.arange(n, n + a, device=lm.device)
-        result.cache.prepare(pos, n + a)
-        mask = additive_mask(pos, n + a, dtype=lm.dtype, sliding_window=lm.sliding_window)
-        ids = torch.as_tensor(list(answer_ids), dtype=torch.long, device=lm.device)[None]
-        out = forward_with_cache(lm.model, ids, pos[None], result.cache, mask, logits_to_keep=0,
-                                 bands=lm.bands(pos))
-        rows.append(out.logits[0].float())
+        ids = torch.as_tensor(list(answer_ids), dtype=torch.long, device=lm.device)
+        rows.append(forward_rows(lm, result.cache, ids, pos, n + a, logits_to_keep=0).float())
     return torch.cat(rows).cpu()
 
 

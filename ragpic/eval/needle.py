@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..llm.model import LoadedModel
+from ragpic.core.model import LoadedModel
 from . import scoring
 from .data import load_haystack, template_parts
 from .evaluate import build_segments, compile_for, normalize_methods, run_methods

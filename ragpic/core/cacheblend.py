@@ -21,22 +21,16 @@ from collections.abc import Sequence
 
 import torch
 
-from .linked_cache import LinkedCache, additive_mask, cache_kwarg, cache_kwargs
-from .model import LoadedModel
-from .segments import Segment
-from .slab_pool import SlabPool
+from ragpic.core.cache_fill import fill_cached_rows, new_cache
+from ragpic.core.forward import layer_forward
+from ragpic.core.model import LoadedModel
+from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.segments import Segment
+
+__all__ = ["cacheblend_link", "select_tokens"]
 
 _CHECK_LAYER = 1
-
-
-def _run_layer(layer: torch.nn.Module, hidden: torch.Tensor, pos: torch.Tensor, cache: LinkedCache,
-               n: int, lm: LoadedModel, rotary: torch.nn.Module, kwarg: str) -> torch.Tensor:
-    """One decoder layer over the tokens at ``pos`` (``(R,)``), writing their K/V at ``pos``."""
-    cache.prepare(pos, n)
-    mask = additive_mask(pos, n, dtype=lm.dtype, sliding_window=lm.sliding_window)
-    out = layer(hidden, attention_mask=mask, position_ids=pos[None], position_embeddings=rotary(hidden, pos[None]),
-                use_cache=True, **cache_kwargs(kwarg, cache, lm.bands(pos)))
-    return out[0] if isinstance(out, tuple) else out
 
 
 def select_tokens(deviation: torch.Tensor, must: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -61,13 +55,10 @@ def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segme
     ``must`` marks the tokens every method recomputes (uncached text and the last token).
     The returned mask is what went through the deep layers (layers 0-1 saw everything).
     """
-    from .linker import fill_cached_rows, new_cache
-
     base = lm.model.model
     n = ids.numel()
     cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
-    kwarg = cache_kwarg(base.layers[0])
     everyone = torch.arange(n, device=lm.device)
     hidden = base.embed_tokens(ids[None])
     must = must.to(lm.device)
@@ -75,7 +66,7 @@ def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segme
     for i, layer in enumerate(base.layers):
         if i == _CHECK_LAYER:
             cached_v = cache.value_slab[i, 0, :, :n].float().clone()
-        hidden = _run_layer(layer, hidden, sel, cache, n, lm, base.rotary_emb, kwarg)
+        hidden = layer_forward(lm, layer, hidden, sel, cache, n)
         if i == _CHECK_LAYER:
             fresh_v = cache.value_slab[i, 0, :, :n].float()
             deviation = (fresh_v - cached_v).pow(2).sum(dim=(0, 2))  # (N,)

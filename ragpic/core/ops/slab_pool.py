@@ -15,7 +15,7 @@ import threading
 
 import torch
 
-from .linked_cache import LinkedCache
+from ragpic.core.ops.linked_cache import LinkedCache
 
 Slabs = tuple[torch.Tensor, torch.Tensor]
 

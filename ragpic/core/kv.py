@@ -6,23 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-PLAIN = "plain"
-"""Compile recipe: the chunk is prefilled alone, its first token at position 0."""
-
-
-def dummy_recipe(n: int) -> str:
-    """Compile recipe name for LegoLink-0: ``n`` BOS tokens prepended, their rows dropped."""
-    return f"bos{n}"
-
-
-def recipe_dummies(recipe: str) -> int:
-    """Number of dummy tokens a recipe prepends (0 for ``plain``)."""
-    if recipe == PLAIN:
-        return 0
-    if recipe.startswith("bos") and recipe[3:].isdigit():
-        return int(recipe[3:])
-    raise ValueError(f"unknown compile recipe {recipe!r}: expected 'plain' or 'bos<N>'")
-
+from ragpic.core.methods import PLAIN
 
 @dataclass(slots=True, frozen=True)
 class ChunkKV:

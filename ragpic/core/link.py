@@ -8,7 +8,7 @@ returns the last prompt token's logits plus a :class:`LinkedCache` to decode fro
 - ``legolink-k``: also recompute the first ``k`` tokens of every chunk that does not start
   at position 0 (their attention-sink rows, compiled as a sequence start, are wrong here).
 - ``legolink-0``: chunks compiled behind dummy BOS tokens (recipe ``bos4``); like ``naive``.
-- ``cacheblend-r``: CacheBlend's dynamic selection (see :mod:`ragpic.llm.cacheblend`).
+- ``cacheblend-r``: CacheBlend's dynamic selection (see :mod:`ragpic.core.cacheblend`).
 """
 
 from __future__ import annotations
@@ -20,56 +20,17 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicCache
 
-from .kv import PLAIN, dummy_recipe
-from .linked_cache import LinkedCache, additive_mask, forward_with_cache
-from .model import LoadedModel
-from .rope import rotate_keys
-from .segments import Segment, concat_ids, segment_starts
-from .slab_pool import SlabPool
+from ragpic.core.cache_fill import fill_cached_rows, new_cache
+from ragpic.core.cacheblend import cacheblend_link
+from ragpic.core.forward import forward_rows, prefill
+from ragpic.core.methods import Method, parse_method
+from ragpic.core.model import LoadedModel
+from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.segments import Segment, concat_ids, segment_starts
+from ragpic.errors import ContextOverflowError, LinkError
 
-LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
-
-
-class LinkError(ValueError):
-    """The prompt cannot be linked as asked (too long, foreign KV, wrong recipe...)."""
-
-
-@dataclass(slots=True, frozen=True)
-class Method:
-    """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``."""
-
-    kind: str
-    k: int = 0
-    ratio: float = 0.0
-
-    @property
-    def name(self) -> str:
-        if self.kind == "legolink":
-            return f"legolink-{self.k}"
-        if self.kind == "cacheblend":
-            return f"cacheblend-{round(self.ratio * 100)}"
-        return self.kind
-
-    @property
-    def recipe(self) -> str:
-        """The compile recipe the chunks this method links must have."""
-        return dummy_recipe(LEGOLINK0_DUMMIES) if self.kind == "legolink" and self.k == 0 else PLAIN
-
-
-def parse_method(name: str | Method) -> Method:
-    if isinstance(name, Method):
-        return name
-    kind, _, arg = str(name).strip().lower().partition("-")
-    if kind in ("full", "naive") and not arg:
-        return Method(kind)
-    if kind == "legolink" and arg.isdigit():
-        return Method("legolink", k=int(arg))
-    if kind == "cacheblend" and arg.replace(".", "", 1).isdigit() and 0 < float(arg) <= 100:
-        return Method("cacheblend", ratio=float(arg) / 100)
-    raise ValueError(
-        f"unknown link method {name!r}: use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, "
-        f"legolink-0) or 'cacheblend-<percent>' (e.g. cacheblend-15)"
-    )
+__all__ = ["LinkResult", "check_segments", "link", "recompute_mask"]
 
 
 @dataclass(slots=True)
@@ -106,11 +67,12 @@ def recompute_mask(segments: Sequence[Segment], method: Method) -> torch.Tensor:
 
 
 def check_segments(lm: LoadedModel, segments: Sequence[Segment], method: Method, extra_capacity: int) -> int:
+    """The prompt's token count, after checking it fits and every chunk's KV suits ``method``."""
     n = sum(s.num_tokens for s in segments)
     if n == 0:
         raise LinkError("the prompt is empty: nothing to link")
     if n + extra_capacity > lm.context_window:
-        raise LinkError(
+        raise ContextOverflowError(
             f"the prompt has {n} tokens and asks for up to {extra_capacity} new ones, more than the "
             f"model's context window of {lm.context_window}: retrieve fewer or shorter chunks, or "
             f"lower max_new_tokens. ragpic refuses rather than truncating silently."
@@ -136,46 +98,25 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def new_cache(lm: LoadedModel, capacity: int, pool: SlabPool | None = None) -> LinkedCache:
-    """An empty cache for ``capacity`` rows, on a pool's idle memory when one is given."""
-    if pool is not None:
-        return pool.cache(lm.num_layers, lm.num_kv_heads, lm.head_dim, capacity, dtype=lm.dtype, device=lm.device)
-    return LinkedCache(lm.num_layers, lm.num_kv_heads, lm.head_dim, capacity, dtype=lm.dtype, device=lm.device)
-
-
-def fill_cached_rows(lm: LoadedModel, cache: LinkedCache, segments: Sequence[Segment]) -> None:
-    """Write each chunk's KV at its rows, keys re-rotated from compile to global positions."""
-    for seg, start in zip(segments, segment_starts(segments)):
-        if seg.kv is None:
-            continue
-        kv = seg.kv.to(lm.device, lm.dtype)
-        keys, values = cache.rows(start, kv.num_tokens)
-        rotate_keys(kv.keys, start - kv.base_position, lm.inv_freq, out=keys)
-        values.copy_(kv.values)
-
-
 def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int,
           pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
     n = ids.numel()
     dyn = DynamicCache()
-    out = forward_with_cache(lm.model, ids[None], torch.arange(n, device=lm.device)[None], dyn, None)
+    logits = prefill(lm.model, ids[None], torch.arange(n, device=lm.device)[None], dyn)
     cache = new_cache(lm, capacity, pool)
     for layer, slab_k, slab_v in zip(dyn.layers, cache.key_slab, cache.value_slab):
         slab_k[:, :, :n] = layer.keys
         slab_v[:, :, :n] = layer.values
-    return out.logits[0, -1].float(), cache
+    return logits[0, -1].float(), cache
 
 
 def _partial(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], rec: torch.Tensor,
              capacity: int, pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
-    n = ids.numel()
     cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
     pos = rec.nonzero().squeeze(1).to(lm.device)
-    cache.prepare(pos, n)
-    mask = additive_mask(pos, n, dtype=lm.dtype, sliding_window=lm.sliding_window)
-    out = forward_with_cache(lm.model, ids[pos][None], pos[None], cache, mask, bands=lm.bands(pos))
-    return out.logits[0, -1].float(), cache
+    logits = forward_rows(lm, cache, ids[pos], pos, ids.numel())
+    return logits[-1].float(), cache
 
 
 @torch.inference_mode()
@@ -188,7 +129,8 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
         extra_capacity: rows to reserve after the prompt for decoding.
         pool: take the cache's memory from this pool (hand it back with ``pool.release``).
     Raises:
-        LinkError: empty or over-long prompt, KV of another model, or wrong compile recipe.
+        LinkError: empty prompt, KV of another model, or wrong compile recipe;
+            :class:`ContextOverflowError` (a ``LinkError``) when it does not fit.
     """
     method = parse_method(method)
     n = check_segments(lm, segments, method, extra_capacity)
@@ -199,8 +141,6 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
     if method.kind == "full":
         logits, cache = _full(lm, ids, n + extra_capacity, pool)
     elif method.kind == "cacheblend":
-        from .cacheblend import cacheblend_link
-
         logits, cache, rec = cacheblend_link(lm, ids, segments, rec, method.ratio, n + extra_capacity, pool)
     else:
         logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity, pool)

@@ -9,9 +9,11 @@ only to that range, reading K and V in place for every query head that shares th
 scores, same mask values, same softmax: at 4k tokens with 8 chunks it does ~40% fewer
 attention FLOPs and copies no K/V.
 
-The function is registered in transformers' ``AttentionInterface`` under
-:data:`ATTENTION_NAME`; a forward without ``ragpic_bands`` falls through to transformers'
-own SDPA, so the model behaves exactly as before everywhere else.
+:func:`use_banded_attention` registers the function in transformers' ``AttentionInterface``
+under :data:`ATTENTION_NAME` and switches one model to it (an explicit call:
+:func:`ragpic.core.model.load_model` makes it for the models it loads; ``wrap_model`` only when
+asked). A forward without ``ragpic_bands`` falls through to transformers' own SDPA, so the
+model behaves exactly as before everywhere else.
 """
 
 from __future__ import annotations
@@ -117,20 +119,45 @@ def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ma
     return out.view(b, h, r, -1)
 
 
-def install_banded_attention(model: torch.nn.Module) -> bool:
-    """Switch a model that runs transformers' SDPA to :func:`banded_sdpa`; True when it did.
+def uses_banded_attention(model: torch.nn.Module) -> bool:
+    """Whether ``model`` runs :func:`banded_sdpa` now: read from its live attention setting,
+    so a user who switches the model back to ``sdpa`` gets the one-masked-call path at once."""
+    return getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME
 
-    Models on eager or flash attention are left alone (link then passes no bands).
+
+def use_banded_attention(model: torch.nn.Module) -> bool:
+    """Switch a model that runs transformers' ``sdpa`` to :func:`banded_sdpa`; True when it runs it.
+
+    This is the one place ragpic touches transformers' global ``AttentionInterface``: it
+    registers :data:`ATTENTION_NAME` (a new name; no existing entry changes) and sets the
+    model's attention to it. ``model.set_attn_implementation("sdpa")`` undoes the switch.
+    Models on eager or flash attention are left alone (link then passes the full mask).
     """
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     current = getattr(model.config, "_attn_implementation", None)
-    if current == ATTENTION_NAME:
-        return True
     if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
-        return False
+        return uses_banded_attention(model)
     AttentionInterface.register(ATTENTION_NAME, banded_sdpa)
     AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
     model.set_attn_implementation(ATTENTION_NAME)
-    return model.config._attn_implementation == ATTENTION_NAME
+    return uses_banded_attention(model)
+
+
+def additive_mask(query_positions: torch.Tensor, kv_length: int, *, dtype: torch.dtype,
+                  sliding_window: int | None = None) -> torch.Tensor:
+    """``(1, 1, R, kv_length)`` additive mask: query at position ``p`` sees keys ``t <= p``.
+
+    Additive (0 / finfo.min) rather than boolean: a boolean mask is wrong under ``eager``
+    attention, an additive one is right for both ``eager`` and ``sdpa``. With a sliding
+    window ``w`` the query also stops seeing keys ``t <= p - w``, as Mistral does.
+    """
+    t = torch.arange(kv_length, device=query_positions.device)
+    p = query_positions[:, None]
+    allowed = t[None, :] <= p
+    if sliding_window is not None:
+        allowed &= t[None, :] > p - sliding_window
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=query_positions.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]

@@ -1,0 +1,72 @@
+"""Decode from a linked cache: greedy or sampled token ids until EOS or the length limit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from ragpic.core.forward import forward_rows
+from ragpic.core.model import LoadedModel
+from ragpic.core.ops.linked_cache import LinkedCache
+
+__all__ = ["Sampling", "decode_tokens", "pick_token"]
+
+
+@dataclass(slots=True, frozen=True)
+class Sampling:
+    """Decoding settings. ``temperature == 0`` is greedy (argmax)."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
+
+
+def pick_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
+    """Next token id from ``(V,)`` fp32 logits."""
+    if sampling.temperature == 0:
+        return int(logits.argmax())
+    logits = logits / sampling.temperature
+    if sampling.top_k:
+        kth = torch.topk(logits, min(sampling.top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if sampling.top_p < 1:
+        sorted_p, order = probs.sort(descending=True)
+        drop = sorted_p.cumsum(0) - sorted_p > sampling.top_p  # keep the smallest set reaching top_p
+        sorted_p[drop] = 0
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+@torch.inference_mode()
+def decode_tokens(lm: LoadedModel, cache: LinkedCache, first_logits: torch.Tensor, prompt_len: int,
+                  sampling: Sampling) -> Iterator[int]:
+    """Yield generated ids until EOS or ``max_new_tokens``; the cache grows in place.
+
+    The first id comes from the link's logits (no extra forward); each later id costs one
+    single-token forward at position ``prompt_len + i``.
+    """
+    gen = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+    eos = set(lm.eos_token_ids)
+    logits = first_logits
+    for i in range(sampling.max_new_tokens):
+        tok = pick_token(logits, sampling, gen)
+        if tok in eos:
+            return
+        yield tok
+        if i + 1 == sampling.max_new_tokens:
+            return
+        pos = torch.tensor([prompt_len + i], device=lm.device)
+        ids = torch.tensor([tok], device=lm.device)
+        logits = forward_rows(lm, cache, ids, pos, prompt_len + i + 1)[-1].float()

@@ -1,0 +1,94 @@
+"""The one forward step: rows to write -> additive mask -> attention bands -> forward.
+
+Every model call that reads a :class:`LinkedCache` (link's recompute, CacheBlend's layers,
+decode, teacher-forced scoring) goes through :func:`step_inputs`, so the four agree on how
+positions, the mask and the bands are built; as in gpt-fast, positions are always passed
+explicitly (``input_pos``), never inferred from the cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import TYPE_CHECKING
+
+import torch
+from transformers.cache_utils import Cache
+
+from ragpic.core.ops.attention import additive_mask
+from ragpic.core.ops.linked_cache import LinkedCache
+
+if TYPE_CHECKING:
+    from ragpic.core.model import LoadedModel
+
+__all__ = ["cache_kwarg", "forward_rows", "layer_forward", "prefill", "step_inputs"]
+
+
+def cache_kwarg(module: torch.nn.Module) -> str:
+    """The name a model's (or decoder layer's) forward takes its cache under: ``cache``
+    (transformers 5.24+ models) or ``past_key_values``."""
+    return _cache_kwarg_of(type(module))
+
+
+@functools.lru_cache(maxsize=64)
+def _cache_kwarg_of(cls: type) -> str:  # per class: decode asks once per token
+    params = inspect.signature(cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def step_inputs(lm: LoadedModel, cache: LinkedCache, positions: torch.Tensor, length: int,
+                kwarg: str = "past_key_values") -> dict:
+    """Keyword arguments of one forward over the tokens at ``positions`` into ``cache``.
+
+    Sets the cache to write those tokens' K/V at rows ``positions`` and to show attention
+    rows ``[0, length)``; the mask lets the token at position ``p`` see keys ``t <= p`` (and
+    the model's sliding window); bands are added when the model runs banded attention.
+
+    Args:
+        positions: ``(R,)`` int64 global positions, on the model's device, ascending.
+        length: rows visible to attention (the prompt so far, these tokens included).
+        kwarg: the forward's cache argument name (:func:`cache_kwarg`).
+    Returns:
+        ``attention_mask`` ``(1, 1, R, length)``, ``position_ids`` ``(1, R)``, the cache under
+        ``kwarg``, ``use_cache`` and, with banded attention, ``ragpic_bands``.
+    """
+    cache.prepare(positions, length)
+    kwargs = {
+        "attention_mask": additive_mask(positions, length, dtype=lm.dtype, sliding_window=lm.sliding_window),
+        "position_ids": positions[None],
+        "use_cache": True,
+        kwarg: cache,
+    }
+    bands = lm.bands(positions)
+    if bands is not None:
+        kwargs["ragpic_bands"] = bands
+    return kwargs
+
+
+def forward_rows(lm: LoadedModel, cache: LinkedCache, input_ids: torch.Tensor, positions: torch.Tensor,
+                 length: int, logits_to_keep: int = 1) -> torch.Tensor:
+    """Run the model over ``(R,)`` ids at ``(R,)`` positions into ``cache``; returns
+    ``(logits_to_keep, V)`` logits of the last rows (``0`` keeps all R), in the model dtype."""
+    model = lm.model
+    out = model(input_ids=input_ids[None], logits_to_keep=logits_to_keep,
+                **step_inputs(lm, cache, positions, length, cache_kwarg(model)))
+    return out.logits[0]
+
+
+def prefill(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: Cache,
+            logits_to_keep: int = 1) -> torch.Tensor:
+    """A plain causal forward of ``(B, T)`` ids into an appending cache (compile, ``full``);
+    returns ``(B, logits_to_keep, V)`` logits. No mask: causal, and padding only trails."""
+    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=True,
+                logits_to_keep=logits_to_keep, **{cache_kwarg(model): cache})
+    return out.logits
+
+
+def layer_forward(lm: LoadedModel, layer: torch.nn.Module, hidden: torch.Tensor, positions: torch.Tensor,
+                  cache: LinkedCache, length: int) -> torch.Tensor:
+    """One decoder layer over ``(1, R, hidden)`` states at ``positions``, writing their K/V."""
+    rotary = lm.model.model.rotary_emb
+    out = layer(hidden, position_embeddings=rotary(hidden, positions[None]),
+                **step_inputs(lm, cache, positions, length, cache_kwarg(layer)))
+    return out[0] if isinstance(out, tuple) else out
+

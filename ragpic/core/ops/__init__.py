@@ -1,0 +1,3 @@
+"""Tensor-level pieces under link: RoPE re-rotation (:mod:`.rope`), banded GQA attention and
+masks (:mod:`.attention`), the row-write KV cache (:mod:`.linked_cache`) and the pool that
+reuses its memory (:mod:`.slab_pool`). They import nothing else from ragpic."""
