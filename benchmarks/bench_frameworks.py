@@ -45,7 +45,7 @@ def llamaindex_ttft(engine, items, embed, folder: Path, k: int, new_tokens: int)
     from llama_index.core import Document
 
     from ragpic.llm.llamaindex import RagPicLLM
-    from ragpic.llm.llamaindex_synthesizer import make_query_engine
+    from ragpic.llm.llamaindex import make_query_engine
     from ragpic.retriever_hooks.llamaindex import build_faiss_index
 
     docs = [Document(text=c["text"]) for it in items for c in it["ctxs"]]

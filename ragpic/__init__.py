@@ -8,30 +8,39 @@ Two names do the work::
     engine.compile(passages, progress=True)             # once, at ingest
     print(engine.generate(prompt_with_passages).text)   # linked with legolink-16
 
-Framework classes: ``ragpic.llm.llamaindex.RagPicLLM`` and ``ragpic.llm.langchain``
-(``RagPicLLM``, ``ChatRagPic``), with ingest and retrieval hooks in ``ragpic.retriever_hooks``.
+``kv_folder(index_folder)`` says where an index's KV lives; every error ragpic raises is a
+:class:`ragpic.errors.RagPicError`. Framework classes: ``ragpic.llm.llamaindex.RagPicLLM``
+and ``ragpic.llm.langchain`` (``RagPicLLM``, ``ChatRagPic``), with ingest and retrieval hooks
+in ``ragpic.retriever_hooks``. The layers are described in docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ragpic.errors import RagPicError
+
 __version__ = "0.1.0"
-__all__ = ["RagPic", "Config", "Generation", "__version__"]
+__all__ = ["Config", "Generation", "RagPic", "RagPicError", "__version__", "kv_folder"]
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .engine import Generation, RagPic
+    from ragpic.config import Config, kv_folder
+    from ragpic.engine import RagPic
+    from ragpic.generation import Generation
 
 
 def __getattr__(name: str):
     # Lazy: `import ragpic` (e.g. for the CLI's --help) should not pay for torch + transformers.
-    if name == "Config":
-        from .config import Config
+    if name in ("Config", "kv_folder"):
+        from ragpic import config
 
-        return Config
-    if name in ("RagPic", "Generation"):
-        from . import engine
+        return getattr(config, name)
+    if name == "RagPic":
+        from ragpic.engine import RagPic
 
-        return getattr(engine, name)
+        return RagPic
+    if name == "Generation":
+        from ragpic.generation import Generation
+
+        return Generation
     raise AttributeError(f"module 'ragpic' has no attribute {name!r}")

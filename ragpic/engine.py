@@ -21,10 +21,10 @@ from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment, chunk_segment, text_segment
 from ragpic.core.text_stream import stream_text
-from ragpic.errors import ChunkError
+from ragpic.errors import ChunkError, ConfigError
 from ragpic.generation import Generation, GenerationStream, MatchStats
 
-__all__ = ["Generation", "GenerationStream", "RagPic"]
+__all__ = ["Generation", "GenerationStream", "RagPic", "check_engine"]
 
 Messages = Sequence[dict]
 
@@ -217,3 +217,15 @@ class RagPic:
         finally:  # finished, failed or abandoned: the next request reuses the cache's memory
             tokens.close()
             self._pool.release(res.cache)
+
+
+def check_engine(engine: object, owner: str) -> RagPic:
+    """``engine`` if it is a :class:`RagPic`; else a :class:`ConfigError` naming ``owner``'s
+    ``engine`` argument. Framework classes never load a model behind the caller's back."""
+    if isinstance(engine, RagPic):
+        return engine
+    got = "nothing" if engine is None else f"a {type(engine).__name__}"
+    raise ConfigError(
+        f"{owner} needs engine=: a ragpic.RagPic (got {got}). Pass engine=RagPic() for the embedded "
+        f"SmolLM2, or RagPic(Config(model=...)) for yours; share one engine between your LLM objects."
+    )

@@ -10,12 +10,11 @@ import torch
 
 from ragpic.core.ops import attention
 from ragpic.core.ops.attention import banded_sdpa, grouped_sdpa, query_bands
-from ragpic.core.compile import compile_chunks
 from ragpic.core.ops.attention import additive_mask
 from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
-from ragpic.core.segments import chunk_segment, text_segment
 from ragpic.core.ops.slab_pool import SlabPool
+from prompts import prompt_with
 from tiny import tiny_lm
 
 TOL = 1e-5
@@ -84,16 +83,6 @@ def test_grouped_sdpa_folded_heads_equal_enable_gqa():
         assert (grouped_sdpa(q, k, v, mask, scaling=0.25, fold=fold) - ref).abs().max() <= TOL
 
 
-def _chunk_prompt(lm):
-    tok = lm.tokenizer
-    texts = ["the quick brown fox jumps over the lazy dog near the park today.",
-             "a needle hides in the haystack near dolores park, question: what is",
-             "answer: eat a sandwich and sit in the sun for a while."]
-    kvs = compile_chunks(lm, [tok(t, add_special_tokens=False)["input_ids"] for t in texts])
-    return [text_segment(tok, "<s>user\n"), chunk_segment(kvs[0]), chunk_segment(kvs[1]),
-            text_segment(tok, "\n\n"), chunk_segment(kvs[2]), text_segment(tok, "\nquestion: what to do?</s>\n")]
-
-
 def test_link_runs_banded_attention_and_stays_exact(monkeypatch):
     lm = tiny_lm("llama", num_hidden_layers=3)
     assert lm.banded_attention and lm.model.config._attn_implementation == attention.ATTENTION_NAME
@@ -105,7 +94,7 @@ def test_link_runs_banded_attention_and_stays_exact(monkeypatch):
 
     monkeypatch.setattr(attention, "CALL_COST", 0)  # one band per run of positions
     monkeypatch.setattr(attention, "F", types.SimpleNamespace(scaled_dot_product_attention=counting_sdpa))
-    segs = _chunk_prompt(lm)
+    segs = prompt_with(lm)
     n = sum(s.num_tokens for s in segs)
     full = link(lm, segs, "full")  # no bands: transformers' causal SDPA
     assert calls == []
@@ -152,7 +141,7 @@ def test_pool_reuses_memory_and_a_released_cache_fails_loudly():
 
 def test_link_into_reused_memory_equals_link_into_fresh_memory():
     lm = tiny_lm("llama", num_hidden_layers=2)
-    segs = _chunk_prompt(lm)
+    segs = prompt_with(lm)
     pool = SlabPool()
     pool.release(link(lm, segs, "full", extra_capacity=50, pool=pool).cache)  # leaves stale rows behind
     for method in ("legolink-2", "naive", "cacheblend-30", "full"):

@@ -5,33 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragpic.core.compile import compile_chunks
 from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
 from ragpic.core.ops.rope import rotate_keys
-from ragpic.core.segments import chunk_segment, text_segment
+from ragpic.core.segments import Segment, chunk_segment, text_segment
+from prompts import CHUNKS, compile_texts, linked_prompt
 from tiny import tiny_lm
 
-CHUNKS = [
-    "the quick brown fox jumps over the lazy dog.",
-    "a needle hides in the haystack near dolores park. question: what is",
-    "answer: eat a sandwich",  # unequal lengths on purpose
-]
 TOL = 1e-4
-
-
-def _segments(lm, chunk_kvs, with_prefix=True):
-    tok = lm.tokenizer
-    segs = [text_segment(tok, "<s>system\nanswer from the passages</s>\n<s>user\n")] if with_prefix else []
-    segs += [chunk_segment(chunk_kvs[0]), text_segment(tok, "\n\n"), chunk_segment(chunk_kvs[1]),
-             chunk_segment(chunk_kvs[2]),
-             text_segment(tok, "\nquestion: what is the best thing to do?</s>\n<s>assistant\n")]
-    return segs
-
-
-def _compile(lm, texts=CHUNKS, recipe="plain"):
-    ids = [lm.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    return compile_chunks(lm, ids, recipe=recipe)
+ARCHS = [("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa"), ("mistral", "sdpa"),
+         ("qwen3", "sdpa"), ("gemma", "sdpa")]
 
 
 def _rows(res):
@@ -39,13 +22,10 @@ def _rows(res):
     return res.cache.key_slab[:, :, :, :n], res.cache.value_slab[:, :, :, :n]
 
 
-@pytest.mark.parametrize("kind,attn", [
-    ("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa"), ("mistral", "sdpa"),
-    ("qwen3", "sdpa"), ("gemma", "sdpa"),
-])
+@pytest.mark.parametrize("kind,attn", ARCHS)
 def test_legolink_covering_every_chunk_equals_full(kind, attn):
     lm = tiny_lm(kind, attn=attn, num_hidden_layers=3)  # 4 query heads, 2 KV heads: GQA
-    segs = _segments(lm, _compile(lm))
+    segs = linked_prompt(lm, compile_texts(lm))
     full = link(lm, segs, "full")
     linked = link(lm, segs, "legolink-1000")
     assert linked.recomputed == full.num_tokens
@@ -59,7 +39,7 @@ def test_legolink_covering_every_chunk_equals_full(kind, attn):
 def test_naive_is_exact_for_a_chunk_at_position_zero():
     """A chunk at position 0 is where it was compiled: its cached KV is the full KV."""
     lm = tiny_lm("llama", num_hidden_layers=3)
-    kv = _compile(lm, CHUNKS[:1])[0]
+    kv = compile_texts(lm, CHUNKS[:1])[0]
     segs = [chunk_segment(kv), text_segment(lm.tokenizer, " question: what did the fox do?")]
     full, naive = link(lm, segs, "full"), link(lm, segs, "naive")
     assert naive.recomputed == segs[1].num_tokens
@@ -76,7 +56,7 @@ def test_rerotated_keys_equal_keys_computed_at_global_positions(rope):
     """Layer-0 keys depend only on (token, position): moving them must match recomputing them."""
     overrides = {"rope_parameters": rope} if rope else {}
     lm = tiny_lm("llama", **overrides)
-    kv = _compile(lm, CHUNKS[1:2])[0]
+    kv = compile_texts(lm, CHUNKS[1:2])[0]
     offset = 700
     ids = torch.cat((torch.zeros(offset, dtype=torch.long), kv.token_ids))
     full = link(lm, [_ids_segment(ids)], "full")
@@ -103,8 +83,6 @@ def test_rotating_into_a_buffer_equals_rotating_out_of_place(rotary_pairs):
 
 
 def _ids_segment(ids):
-    from ragpic.core.segments import Segment
-
     return Segment(token_ids=ids)
 
 
@@ -118,15 +96,16 @@ def test_rotation_composes_and_inverts():
 
 def test_mistral_sliding_window_is_honoured():
     lm = tiny_lm("mistral", sliding_window=16, num_hidden_layers=3)
-    segs = _segments(lm, _compile(lm))
+    segs = linked_prompt(lm, compile_texts(lm))
     assert sum(s.num_tokens for s in segs) > 2 * 16
     full, linked = link(lm, segs, "full"), link(lm, segs, "legolink-1000")
     assert (full.logits - linked.logits).abs().max() <= TOL
 
 
-def test_cacheblend_full_ratio_equals_full_and_partial_ratio_sits_between():
-    lm = tiny_lm("llama", num_hidden_layers=4)
-    segs = _segments(lm, _compile(lm))
+@pytest.mark.parametrize("kind,attn", ARCHS)
+def test_cacheblend_full_ratio_equals_full_and_partial_ratio_sits_between(kind, attn):
+    lm = tiny_lm(kind, attn=attn, num_hidden_layers=4)
+    segs = linked_prompt(lm, compile_texts(lm))
     full = link(lm, segs, "full")
     assert (link(lm, segs, "cacheblend-100").logits - full.logits).abs().max() <= TOL
     cb = link(lm, segs, "cacheblend-15")
@@ -137,28 +116,28 @@ def test_cacheblend_full_ratio_equals_full_and_partial_ratio_sits_between():
 
 def test_legolink_k_recomputes_first_k_tokens_of_every_chunk_not_at_zero():
     lm = tiny_lm("llama")
-    segs = _segments(lm, _compile(lm))
+    segs = linked_prompt(lm, compile_texts(lm))
     mask = recompute_mask(segs, parse_method("legolink-2"))
     text_tokens = sum(s.num_tokens for s in segs if not s.is_chunk)
     assert int(mask.sum()) == text_tokens + 2 * 3
-    no_prefix = _segments(lm, _compile(lm), with_prefix=False)  # first chunk starts at 0: exact
+    no_prefix = linked_prompt(lm, compile_texts(lm), head=None)  # first chunk starts at 0: exact
     mask = recompute_mask(no_prefix, parse_method("legolink-2"))
     assert not mask[:2].any() and int(mask.sum()) == text_tokens - segs[0].num_tokens + 2 * 2
 
 
 def test_legolink0_uses_dummy_rows_and_links():
     lm = tiny_lm("llama")
-    kvs = _compile(lm, recipe="bos4")
+    kvs = compile_texts(lm, recipe="bos4")
     assert all(kv.base_position == 4 and kv.recipe == "bos4" for kv in kvs)
-    res = link(lm, _segments(lm, kvs), "legolink-0")
+    res = link(lm, linked_prompt(lm, kvs), "legolink-0")
     assert torch.isfinite(res.logits).all()
 
 
 def test_batched_compile_equals_compiling_each_chunk_alone():
     lm = tiny_lm("qwen2")
-    together = _compile(lm)
+    together = compile_texts(lm)
     for text, kv in zip(CHUNKS, together):
-        alone = _compile(lm, [text])[0]
+        alone = compile_texts(lm, [text])[0]
         assert torch.equal(alone.token_ids, kv.token_ids)
         assert (alone.keys - kv.keys).abs().max() <= 1e-5
         assert (alone.values - kv.values).abs().max() <= 1e-5

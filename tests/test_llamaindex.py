@@ -1,4 +1,6 @@
-"""LlamaIndex end to end: SmolLM2 + MiniLM + FAISS over MuSiQue passages, real LlamaIndex objects.
+"""LlamaIndex end to end: ingest and query engines over SmolLM2 + MiniLM + FAISS, real LlamaIndex objects.
+
+The shared index (fixtures ``built``, ``question``, ``embed``) is in conftest.py.
 
 Run: OMP_NUM_THREADS=1 .venv/bin/pytest tests/test_llamaindex.py -m integration
 """
@@ -6,11 +8,6 @@ Run: OMP_NUM_THREADS=1 .venv/bin/pytest tests/test_llamaindex.py -m integration
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,59 +22,14 @@ from llama_index.core.ingestion import IngestionPipeline  # noqa: E402
 from llama_index.core.node_parser import SentenceSplitter  # noqa: E402
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 
-from ragpic.config import Config  # noqa: E402
-from ragpic.engine import RagPic  # noqa: E402
-from ragpic.llm.llamaindex import ContextOverflowError, RagPicLLM, RagPicSynthesizer, make_query_engine  # noqa: E402
-from ragpic.retriever_hooks.llamaindex import (  # noqa: E402
-    RagPicIngest,
-    build_faiss_index,
-    compile_index,
-    current_hints,
-    kv_folder,
-    node_text,
-    retrieval_hints,
-)
+from ragpic import Config, RagPic  # noqa: E402
+from ragpic.llm.llamaindex import RagPicLLM, make_query_engine  # noqa: E402
+from ragpic.retriever_hooks.llamaindex import RagPicIngest, compile_index, current_hints, node_text  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
 TOP_K = 4
 NEW = 16
-
-
-# ----- fixtures ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def embed(embed_model_path):
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-
-    return HuggingFaceEmbedding(model_name=embed_model_path, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def question(musique) -> dict:
-    return next(q for q in musique if len(q["ctxs"]) >= 9)
-
-
-def _documents(question: dict) -> list[Document]:
-    """9 passages cut to 120 words, with LLM-visible metadata (and one hidden key)."""
-    docs = []
-    for i, c in enumerate(question["ctxs"][:9]):
-        text = " ".join(c["text"].split()[:120])
-        docs.append(Document(text=text, metadata={"title": c.get("title") or f"passage {i}", "rank": i,
-                                                  "internal_id": f"id-{i}"},
-                             excluded_llm_metadata_keys=["internal_id"]))
-    return docs
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, smol, embed, question):
-    """A persisted FAISS index over 9 passages with their KV in ``folder/kv``."""
-    folder = tmp_path_factory.mktemp("li_index")
-    engine = RagPic(Config(store=kv_folder(folder), device="cpu"), lm=smol)
-    index = build_faiss_index(_documents(question), engine, embed_model=embed, transformations=[], folder=folder)
-    return folder, engine, index
 
 
 class Reverse(BaseNodePostprocessor):
@@ -183,7 +135,6 @@ def test_sync_async_streaming_queries_all_hits(built, question):
         assert (g.chunks_matched, g.chunks_loaded, g.chunks_compiled) == (TOP_K, TOP_K, 0), name
         assert g.method == "legolink-16" and g.recomputed_tokens < g.prompt_tokens / 2
     assert _hits(engine) == (4 * TOP_K, 0)
-    built[0].joinpath("answer.json").write_text(json.dumps({"q": q, "answer": answers["sync"]}))
 
 
 def test_k_covering_every_chunk_equals_full(built, question):
@@ -236,103 +187,3 @@ def test_edited_node_is_not_linked_with_its_old_kv(built, question):
     finally:
         first.set_content(old_text)
         index.docstore.add_documents([first], allow_update=True)
-
-
-def test_prompt_without_cached_chunks_complete_chat_stream(built):
-    _, engine, _ = built
-    llm = RagPicLLM(engine, max_new_tokens=NEW)
-    prompt = "Name the largest planet of the solar system."
-    r = llm.complete(prompt)
-    assert r.text.strip() and prompt not in r.text  # no echo
-    assert r.additional_kwargs["chunks_matched"] == 0 and r.additional_kwargs["ttft_s"] > 0
-    assert r.additional_kwargs["hints"] == 0
-    full = RagPicLLM(engine, max_new_tokens=NEW, method="full").complete(prompt)
-    assert full.text == r.text
-    assert "".join(c.delta for c in llm.stream_complete(prompt)) == r.text
-
-    from llama_index.core.llms import ChatMessage
-
-    msgs = [ChatMessage(role="user", content=prompt)]
-    assert llm.chat(msgs).message.content == r.text
-    chunks = list(llm.stream_chat(msgs))
-    assert "".join(c.delta for c in chunks) == r.text and chunks[-1].message.content == r.text
-
-    async def run():
-        a = await llm.acomplete(prompt)
-        s = "".join([c.delta async for c in await llm.astream_chat(msgs)])
-        return a.text, s
-
-    assert asyncio.run(run()) == (r.text, r.text)
-    m = llm.metadata
-    assert (m.context_window, m.num_output, m.is_chat_model) == (engine.context_window, NEW, True)
-
-
-def test_manual_hints_outside_a_query_engine(built, question):
-    _, engine, index = built
-    llm = RagPicLLM(engine, max_new_tokens=4)
-    nodes = index.as_retriever(similarity_top_k=2).retrieve(question["question"])
-    prompt = "Context:\n" + "\n\n".join(node_text(n) for n in nodes) + "\nQuestion: " + question["question"]
-    with retrieval_hints(nodes):
-        g = llm.complete(prompt).additional_kwargs
-    assert (g["hints"], g["chunks_matched"], g["chunks_loaded"], g["chunks_compiled"]) == (2, 2, 2, 0)
-    assert llm.complete(prompt, hints=[node_text(nodes[0])]).additional_kwargs["hints"] == 1
-
-
-def test_overflow_drops_lowest_scored_whole_nodes_or_fails(built, question, smol):
-    from llama_index.core.indices.prompt_helper import PromptHelper
-
-    _, engine, index = built
-    llm = RagPicLLM(engine, max_new_tokens=NEW)
-    nodes = index.as_retriever(similarity_top_k=6).retrieve(question["question"])
-    sizes = [len(llm.token_ids(node_text(n))) for n in nodes]
-    small = PromptHelper(context_window=200 + sum(sizes[:3]) + 10 * 3 + NEW, num_output=NEW,
-                         tokenizer=llm.token_ids)
-    synth = RagPicSynthesizer(llm, prompt_helper=small)
-    kept = synth.fit_nodes(question["question"], list(reversed(nodes)))
-    assert 1 <= len(kept) < len(nodes)
-    kept_ids = [n.node.node_id for n in kept]
-    assert kept_ids == [n.node.node_id for n in reversed(nodes) if n.node.node_id in kept_ids]  # order kept
-    assert min(n.score for n in kept) >= max(n.score for n in nodes if n.node.node_id not in kept_ids)
-    assert synth._make_compact_text_chunks(question["question"], [node_text(n) for n in kept]) == [
-        "\n\n".join(node_text(n) for n in kept)]  # one prompt, texts intact
-    with pytest.raises(ContextOverflowError, match="retrieve fewer"):
-        RagPicSynthesizer(llm, prompt_helper=small, on_overflow="error").fit_nodes(question["question"], nodes)
-    with pytest.raises(ContextOverflowError, match="context window"):
-        llm.complete("word " * (engine.context_window + 10))
-
-
-# ----- persistence -----------------------------------------------------------------------------
-
-_RELOAD = textwrap.dedent("""
-    import json, sys
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-    from ragpic.config import Config
-    from ragpic.engine import RagPic
-    from ragpic.llm.llamaindex import RagPicLLM, make_query_engine
-    from ragpic.retriever_hooks.llamaindex import kv_folder, load_faiss_index
-
-    folder, embed_path, question = sys.argv[1:4]
-    engine = RagPic(Config(store=kv_folder(folder), device="cpu"))
-    index = load_faiss_index(folder, embed_model=HuggingFaceEmbedding(model_name=embed_path, device="cpu"))
-    llm = RagPicLLM(engine, max_new_tokens={new})
-    r = make_query_engine(index, llm, similarity_top_k={k}).query(question)
-    g, s = llm.last_generation, engine.store.stats()
-    print(json.dumps({{"answer": str(r), "compiled": g.chunks_compiled, "loaded": g.chunks_loaded,
-                      "backend_hits": s.backend_hits, "misses": s.misses, "puts": s.puts}}))
-""").format(new=NEW, k=TOP_K)
-
-
-def test_reload_in_a_new_process_links_without_compiling(built, question, embed_model_path):
-    folder, _, _ = built
-    saved = folder / "answer.json"
-    if not saved.exists():
-        pytest.skip("needs test_sync_async_streaming_queries_all_hits to have run first")
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", _RELOAD, str(folder), embed_model_path, question["question"]],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["compiled"] == 0 and out["puts"] == 0 and out["misses"] == 0
-    assert out["loaded"] == TOP_K and out["backend_hits"] == TOP_K
-    assert out["answer"] == json.loads(saved.read_text())["answer"]

@@ -8,6 +8,7 @@ import torch
 
 from ragpic.core.methods import PLAIN
 
+
 @dataclass(slots=True, frozen=True)
 class ChunkKV:
     """Per-layer keys and values of one chunk, compiled alone.

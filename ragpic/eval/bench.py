@@ -9,7 +9,7 @@ linked cache is written into memory reused from the previous link (a :class:`Sla
 no method pays the kernel's first-touch page faults on a fresh few-hundred-MB tensor.
 
 ``flop_limit_ratio`` is FLOPs(full prefill) / FLOPs(the method's link), counted from the
-model config as in DESIGN.md section 5, generalised: per layer and recomputed token,
+model config (docs/ARCHITECTURE.md §5): per layer and recomputed token,
 ``2 x (linear params of the layer)`` plus ``4 x heads x head_dim x (p + 1)`` for causal
 attention at position ``p``; plus the LM head for the one last token. It is the speed-up a
 method would get if every FLOP ran at the same rate; the measured ratio shows how close the
@@ -34,11 +34,15 @@ import torch
 from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
-from ragpic.core.segments import Segment, chunk_segment
 from ragpic.core.ops.slab_pool import SlabPool
-from . import scoring
-from .data import load_haystack
-from .evaluate import compile_for, normalize_methods
+from ragpic.core.segments import Segment, chunk_segment
+
+from ragpic.eval import scoring
+from ragpic.eval.data import load_haystack
+from ragpic.eval.plots import plot_bench
+from ragpic.eval.variants import compile_for, normalize_methods
+
+__all__ = ["format_table", "method_flops", "plot_bench", "run_bench"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-16", "cacheblend-15")
 QUERY_TEXT = "\n\nQuestion: what is the one idea that connects all of these essays, and why does it matter? "
@@ -146,6 +150,49 @@ def query_ids(tokenizer, n: int) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- bench
+def _time_methods(lm: LoadedModel, seg_of: dict[str, list[Segment]], methods: list[str], repeats: int,
+                  pool: SlabPool) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Link seconds of every repeat per method (the method order rotates each repeat, so
+    drifting background load hits every method alike), and tokens each recomputed."""
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    recomputed = {}
+    for rep in range(repeats):
+        for m in methods[rep % len(methods):] + methods[:rep % len(methods)]:
+            res = link(lm, seg_of[m], m, pool=pool)
+            times[m].append(res.seconds)
+            recomputed[m] = res.recomputed
+            pool.release(res.cache)
+    return times, recomputed
+
+
+def _rows_for_length(lm: LoadedModel, T: int, seg_of: dict[str, list[Segment]], methods: list[str], times: dict,
+                     recomputed: dict, chunks: int, measure_memory: bool) -> tuple[list[dict], str | None]:
+    """One result row per method at context length ``T`` (and how peak memory was measured)."""
+    full_flops = method_flops(lm, seg_of["full"], "full")
+    medians = {m: scoring.median(times[m]) for m in methods}
+    rows, mem_how = [], None
+    for m in methods:
+        mem = float("nan")
+        if measure_memory:
+            mem, mem_how = link_peak_memory_mb(lm, seg_of[m], m)
+        fl = method_flops(lm, seg_of[m], m)
+        rows.append({
+            "context_tokens": T, "method": m, "ttft_median_s": medians[m],
+            "ratio_vs_full": medians["full"] / medians[m] if medians[m] > 0 else float("nan"),
+            "flop_limit_ratio": full_flops / fl, "peak_mem_mb": mem, "ttft_s": times[m],
+            "recomputed_tokens": recomputed[m], "gflops": fl / 1e9, "chunks": chunks,
+        })
+    return rows, mem_how
+
+
+def _bench_methods(methods: Sequence[str] | str | None, k: int) -> list[str]:
+    """Canonical names; a bare ``legolink`` (and the default ``legolink-16``) takes ``k``."""
+    raw = methods if methods is not None else [m if m != "legolink-16" else f"legolink-{k}" for m in DEFAULT_METHODS]
+    if isinstance(raw, str):
+        raw = [m for m in raw.split(",") if m.strip()]
+    return normalize_methods([f"legolink-{k}" if m.strip().lower() == "legolink" else m for m in raw])
+
+
 def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | Path | None = None,
               context_tokens: Sequence[int] = (1024, 2048, 4096, 8192), chunk_tokens: int = 512, k: int = 16,
               query_tokens: int = 32, repeats: int = 5, methods: Sequence[str] | str | None = None,
@@ -155,10 +202,7 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
     ``legolink-K`` in ``methods`` is taken as given; ``k`` replaces the K of a bare
     ``legolink`` entry (the default list's ``legolink-16`` follows ``--k``).
     """
-    raw = methods if methods is not None else [m if m != "legolink-16" else f"legolink-{k}" for m in DEFAULT_METHODS]
-    if isinstance(raw, str):
-        raw = [m for m in raw.split(",") if m.strip()]
-    methods = normalize_methods([f"legolink-{k}" if m.strip().lower() == "legolink" else m for m in raw])
+    methods = _bench_methods(methods, k)
     if text is None:
         if haystack_dir is None:
             raise ValueError("bench needs the haystack folder or a text")
@@ -167,8 +211,7 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
     q_ids = query_ids(lm.tokenizer, query_tokens)
     memo: dict = {}
     pool = SlabPool()  # as in the engine: cache memory is reused from one link to the next
-    rows = []
-    mem_how = None
+    rows, mem_how = [], None
     for li, T in enumerate(context_tokens):
         if T > lm.context_window:
             raise ValueError(f"context of {T} tokens exceeds the model's window of {lm.context_window}")
@@ -180,30 +223,12 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
         if li == 0:  # warm every code path once (allocator, kernels), untimed
             for m in methods:
                 pool.release(link(lm, seg_of[m], m, pool=pool).cache)
-        times: dict[str, list[float]] = {m: [] for m in methods}
-        recomputed = {}
-        for rep in range(repeats):
-            order = methods[rep % len(methods):] + methods[:rep % len(methods)]
-            for m in order:
-                res = link(lm, seg_of[m], m, pool=pool)
-                times[m].append(res.seconds)
-                recomputed[m] = res.recomputed
-                pool.release(res.cache)
-        full_flops = method_flops(lm, seg_of["full"], "full")
-        medians = {m: scoring.median(times[m]) for m in methods}
-        for m in methods:
-            mem = float("nan")
-            if measure_memory:
-                mem, mem_how = link_peak_memory_mb(lm, seg_of[m], m)
-            fl = method_flops(lm, seg_of[m], m)
-            rows.append({
-                "context_tokens": T, "method": m, "ttft_median_s": medians[m],
-                "ratio_vs_full": medians["full"] / medians[m] if medians[m] > 0 else float("nan"),
-                "flop_limit_ratio": full_flops / fl, "peak_mem_mb": mem, "ttft_s": times[m],
-                "recomputed_tokens": recomputed[m], "gflops": fl / 1e9, "chunks": len(chunks),
-            })
+        times, recomputed = _time_methods(lm, seg_of, methods, repeats, pool)
+        length_rows, mem_how = _rows_for_length(lm, T, seg_of, methods, times, recomputed, len(chunks),
+                                                measure_memory)
+        rows += length_rows
         if progress:
-            progress(f"{T} tokens: " + "  ".join(f"{m} {medians[m]:.3f}s" for m in methods))
+            progress(f"{T} tokens: " + "  ".join(f"{r['method']} {r['ttft_median_s']:.3f}s" for r in length_rows))
         # keep only what the next (longer) prompt reuses: its full-size leading chunks
         keep = {(r, tuple(c)) for r in kvs for c in chunks[:-1]}
         for key in [key for key in memo if key not in keep]:
@@ -222,42 +247,3 @@ def format_table(result: dict) -> str:
         lines.append(f"{r['context_tokens']:>6} {r['method']:<15}{r['ttft_median_s']:>9.3f}{r['ratio_vs_full']:>8.1f}x"
                      f"{r['flop_limit_ratio']:>8.1f}x{r['recomputed_tokens']:>8}{r['peak_mem_mb']:>9.1f}")
     return "\n".join(lines)
-
-
-def plot_bench(result: dict, path: str | Path) -> Path:
-    """TTFT, speed-up (with FLOP limits dashed) and peak link memory vs context length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = result["config"]["methods"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, m in enumerate(methods):
-        rs = [r for r in result["rows"] if r["method"] == m]
-        x = [r["context_tokens"] for r in rs]
-        color = f"C{i}"
-        axes[0].plot(x, [r["ttft_median_s"] for r in rs], "o-", color=color, label=m)
-        if m != "full":
-            axes[1].plot(x, [r["ratio_vs_full"] for r in rs], "o-", color=color, label=f"{m} measured")
-            axes[1].plot(x, [r["flop_limit_ratio"] for r in rs], "--", color=color, alpha=0.6)
-        axes[2].plot(x, [r["peak_mem_mb"] for r in rs], "o-", color=color, label=m)
-    for ax, title, ylabel in ((axes[0], "link TTFT (median)", "seconds"),
-                              (axes[1], "speed-up vs full (dashed: FLOP limit)", "x faster than full"),
-                              (axes[2], "peak memory of the link step", "MiB")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("context tokens")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    axes[1].legend(fontsize=7)
-    cfg = result["config"]
-    fig.suptitle(f"ragpic bench: {cfg['model']} on {cfg['device']} ({cfg['dtype']}, {cfg['torch_threads']} threads), "
-                 f"{cfg['chunk_tokens']}-token chunks, {cfg['query_tokens']}-token query")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

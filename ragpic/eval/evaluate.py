@@ -18,103 +18,34 @@ sequence, answers greedily, and is teacher-forced with ``full``'s answer:
 
 from __future__ import annotations
 
-import os
-import pathlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from ragpic.core.compile import compile_chunks
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.kv import ChunkKV
 from ragpic.core.forward import forward_rows
 from ragpic.core.link import LinkResult, link
-from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
-from ragpic.core.segments import Segment, chunk_segment, text_segment
-from . import scoring
-from .data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
+from ragpic.core.segments import Segment
+from ragpic.eval import scoring
+from ragpic.eval.data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
+from ragpic.eval.plots import plot_eval
+from ragpic.eval.variants import (
+    DEFAULT_METHODS,
+    build_segments,
+    compile_for,
+    normalize_methods,
+    split_variant,
+    variant_key,
+)
 
-DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
+__all__ = ["DEFAULT_METHODS", "EvalReport", "build_segments", "compile_for", "evaluate_qa", "format_table",
+           "normalize_methods", "plot_eval", "qa_segments", "run_methods", "teacher_forced_logits"]
+
 METRIC_KEYS = ("f1", "em", "f1_vs_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full", "tf_kl_vs_full",
                "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens", "context_tokens")
-
-
-def split_variant(name: str) -> tuple[str, str]:
-    """``"legolink-16@int8"`` -> ``("legolink-16", "int8")``: a method linking int8-stored KV."""
-    method, _, quant = name.partition("@")
-    if quant not in ("", "int8"):
-        raise ValueError(f"unknown KV variant {quant!r} in {name!r}: only '@int8' is supported")
-    return method, quant or "none"
-
-
-def variant_key(name: str) -> str:
-    """Which compiled KV a method name links: its recipe, plus the storage quantization."""
-    method, quant = split_variant(name)
-    recipe = parse_method(method).recipe
-    return recipe if quant == "none" else f"{recipe}@{quant}"
-
-
-def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str] = DEFAULT_METHODS) -> list[str]:
-    """Canonical method names, ``full`` first (every fidelity measure needs it), no repeats.
-
-    A name may end in ``@int8``: the chunks' KV then goes through the store's int8 entry
-    format (quantize, encode, decode) before linking, which measures what int8 storage costs.
-    """
-    if isinstance(methods, str):
-        methods = [m for m in methods.split(",") if m.strip()]
-    names = []
-    for m in methods or default:
-        method, quant = split_variant(m.strip())
-        names.append(parse_method(method).name + ("" if quant == "none" else f"@{quant}"))
-    out = ["full"] + [m for m in names if m != "full"]
-    return list(dict.fromkeys(out))
-
-
-def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Sequence[str],
-                memo: dict | None = None) -> dict[str, list[ChunkKV]]:
-    """Compiled KV of every chunk, per variant the methods need (:func:`variant_key`).
-
-    ``memo`` reuses identical chunks.
-    """
-    out = {}
-    for recipe in dict.fromkeys(parse_method(split_variant(m)[0]).recipe for m in methods):
-        if memo is None:
-            out[recipe] = compile_chunks(lm, chunk_ids, recipe=recipe)
-            continue
-        keys = [(recipe, tuple(c)) for c in chunk_ids]
-        missing = list(dict.fromkeys(k for k in keys if k not in memo))
-        if missing:
-            for k, kv in zip(missing, compile_chunks(lm, [list(k[1]) for k in missing], recipe=recipe)):
-                memo[k] = kv
-        out[recipe] = [memo[k] for k in keys]
-    for variant in dict.fromkeys(variant_key(m) for m in methods):
-        if "@" in variant:
-            recipe, quant = variant.split("@")
-            out[variant] = [int8_round_trip(kv, quant) for kv in out[recipe]]
-    return out
-
-
-def int8_round_trip(kv: ChunkKV, quant: str) -> ChunkKV:
-    """The KV a store with ``quant`` hands back: encoded as an entry, then decoded."""
-    from ..cache.entry import decode, encode
-
-    back, _ = decode(encode(kv.to("cpu"), text="", quant=quant), fingerprint=kv.fingerprint)
-    return back.to(kv.keys.device)
-
-
-def build_segments(tokenizer, prefix: str, kvs: Sequence[ChunkKV], suffix: str, glue: str | None = GLUE) -> list[Segment]:
-    """prefix text, chunk, glue, chunk, ..., suffix text (empty texts dropped)."""
-    segs = [text_segment(tokenizer, prefix)] if prefix else []
-    for i, kv in enumerate(kvs):
-        if i and glue:
-            segs.append(text_segment(tokenizer, glue))
-        segs.append(chunk_segment(kv))
-    if suffix:
-        segs.append(text_segment(tokenizer, suffix))
-    return segs
 
 
 @torch.inference_mode()
@@ -291,34 +222,3 @@ def format_table(methods: dict[str, dict]) -> str:
             f"{a['context_tokens']:>7.0f}"
         )
     return "\n".join(lines)
-
-
-def plot_eval(report: dict, path: "str | os.PathLike[str]") -> "pathlib.Path":
-    """Bars: teacher-forced KL and top-1 vs ``full`` per method, with bootstrap 95% intervals."""
-    from pathlib import Path
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = [m for m in report["methods"] if m != "full"]
-    aggs = [report["methods"][m] for m in methods]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, key, title in ((axes[0], "tf_kl_vs_full", "teacher-forced KL(full || method)  (lower is better)"),
-                           (axes[1], "tf_top1_vs_full", "teacher-forced top-1 agreement with full")):
-        vals = [a[key] for a in aggs]
-        ci = [a.get(f"{key}_ci95") or [v, v] for a, v in zip(aggs, vals)]
-        err = [[v - c[0] for v, c in zip(vals, ci)], [c[1] - v for v, c in zip(vals, ci)]]
-        ax.bar(methods, vals, yerr=err, capsize=4, color=[f"C{i + 1}" for i in range(len(methods))])
-        ax.set_title(title, fontsize=10)
-        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-        ax.grid(True, axis="y", alpha=0.3)
-    cfg = report.get("config", {})
-    fig.suptitle(f"ragpic eval: {cfg.get('questions', '?')} questions, {cfg.get('model', '')} "
-                 f"(bars: 95% bootstrap interval over questions)", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

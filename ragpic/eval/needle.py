@@ -1,4 +1,4 @@
-"""``ragpic eval needle``: needle in a haystack, EPIC's setup (DESIGN.md section 10).
+"""``ragpic eval needle``: needle in a haystack, EPIC's setup (docs/ARCHITECTURE.md §7).
 
 The haystack is the Paul Graham essays; the needle sentence is inserted at a sentence end
 at each depth; the context is cut into chunks of ``chunk_tokens`` tokens, each extended to
@@ -13,9 +13,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ragpic.core.model import LoadedModel
-from . import scoring
-from .data import load_haystack, template_parts
-from .evaluate import build_segments, compile_for, normalize_methods, run_methods
+
+from ragpic.eval import scoring
+from ragpic.eval.data import load_haystack, template_parts
+from ragpic.eval.evaluate import run_methods
+from ragpic.eval.plots import plot_heatmaps
+from ragpic.eval.variants import build_segments, compile_for, normalize_methods
+
+__all__ = ["format_table", "plot_heatmaps", "run_needle"]
 
 NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
 QUESTION = "What is the best thing to do in San Francisco?"
@@ -153,66 +158,3 @@ def format_table(result: dict) -> str:
         lines.append(f"{m:<15}{row}{s['hits']:>7}{s['hits_where_full_hits']:>4}/{s['full_hit_cells']:<2}"
                      f"{s['f1']:>7.3f}{s['tf_kl_vs_full']:>8.3f}")
     return "\n".join(lines)
-
-
-def plot_heatmaps(result: dict, path: str | Path) -> list[Path]:
-    """One figure with an F1 heat map (depth x length) per method, plus one PNG per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    lengths, depths = result["config"]["lengths"], result["config"]["depths"]
-    methods = list(result["summary"])
-    by = {(c["method"], c["length"], c["depth"]): c for c in result["cells"]}
-
-    def grid(m):
-        f1 = np.full((len(depths), len(lengths)), np.nan)
-        hit = np.zeros_like(f1, dtype=bool)
-        for i, d in enumerate(depths):
-            for j, L in enumerate(lengths):
-                c = by.get((m, L, d))
-                if c:
-                    f1[i, j], hit[i, j] = c["f1"], c["hit"]
-        return f1, hit
-
-    def draw(ax, m):
-        f1, hit = grid(m)
-        im = ax.imshow(f1, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
-        ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=7)
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
-        ax.set_xlabel("context tokens", fontsize=8)
-        ax.set_ylabel("needle depth", fontsize=8)
-        s = result["summary"][m]
-        ax.set_title(f"{m}: {s['hits']}/{s['cells']} hits", fontsize=9)
-        for i in range(len(depths)):
-            for j in range(len(lengths)):
-                if not np.isnan(f1[i, j]):
-                    ax.text(j, i, ("\u2713 " if hit[i, j] else "") + f"{f1[i, j]:.2f}", ha="center",
-                            va="center", fontsize=6)
-        return im
-
-    path = Path(path)
-    cols = min(3, len(methods))
-    rows = (len(methods) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.6 * rows), squeeze=False, layout="constrained")
-    for ax, m in zip(axes.flat, methods):
-        im = draw(ax, m)
-    for ax in list(axes.flat)[len(methods):]:
-        ax.axis("off")
-    fig.colorbar(im, ax=axes, shrink=0.6, label="F1 vs needle")
-    fig.suptitle(f"Needle in a haystack ({result['config']['model']}): F1 vs needle, "
-                 "\u2713 = names sandwich + Dolores Park")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written = [path]
-    for m in methods:
-        fig, ax = plt.subplots(figsize=(4.8, 3.6), layout="constrained")
-        fig.colorbar(draw(ax, m), ax=ax, label="F1 vs needle")
-        p = path.with_name(f"{path.stem}-{m}{path.suffix}")
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        written.append(p)
-    return written
-

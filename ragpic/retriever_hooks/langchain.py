@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -29,6 +28,8 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
+
+from ragpic.config import kv_folder
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -43,8 +44,7 @@ __all__ = [
     "compile_documents",
     "compile_vectorstore",
     "faiss_from_documents",
-    "hints_for",
-    "kv_path",
+    "kv_folder",
     "load_faiss",
     "messages_key",
     "page_text",
@@ -60,11 +60,6 @@ def page_text(doc: Document) -> str:
 
 
 # ----- ingest ---------------------------------------------------------------------------------
-
-def kv_path(folder: str | Path) -> str:
-    """Where the chunk KV of a saved vector store lives: ``folder/kv`` (give it to ``Config(store=)``)."""
-    return str(Path(folder) / "kv")
-
 
 def compile_documents(engine: RagPic, docs: Iterable[Document], *, text_of: TextOf = page_text,
                       progress: bool = False) -> int:
@@ -123,7 +118,7 @@ def compile_vectorstore(store: VectorStore, engine: RagPic, *, progress: bool = 
 def load_faiss(folder: str | Path, embeddings: Embeddings, engine: RagPic | None = None, *,
                index_name: str = "index", progress: bool = False, text_of: TextOf = page_text):
     """Load a FAISS store saved with ``save_local(folder)`` and, given ``engine`` (opened on
-    ``kv_path(folder)``), compile whatever KV is missing (nothing when the folder is complete).
+    ``kv_folder(folder)``), compile whatever KV is missing (nothing when the folder is complete).
 
     ``load_local`` unpickles the docstore: load only folders you wrote yourself.
     """
@@ -146,9 +141,6 @@ def prompt_key(prompt: str) -> str:
 def messages_key(messages: Sequence[BaseMessage]) -> str:
     """Key of a chat prompt (roles and text of every message)."""
     return prompt_key("\x1e".join(f"{m.type}\x1f{m.text}" for m in messages))
-
-
-_LIVE: weakref.WeakSet[RetrievalHints] = weakref.WeakSet()
 
 
 class RetrievalHints(BaseCallbackHandler):
@@ -175,7 +167,6 @@ class RetrievalHints(BaseCallbackHandler):
         self._tree: OrderedDict[UUID, list[UUID]] = OrderedDict()  # root -> its runs
         self._docs: dict[UUID, list[str]] = {}  # root -> retrieved texts, in order
         self._prompts: dict[str, UUID] = {}  # prompt key -> root of the LLM run
-        _LIVE.add(self)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _note(self, run_id: UUID, parent_run_id: UUID | None) -> UUID:
@@ -259,12 +250,3 @@ class RetrievalHints(BaseCallbackHandler):
     def __len__(self) -> int:
         with self._lock:
             return len(self._tree)
-
-
-def hints_for(key: str) -> list[str]:
-    """Retrieved texts for prompt ``key`` from any live :class:`RetrievalHints` (empty if none)."""
-    for handler in list(_LIVE):
-        texts = handler.texts_for(key)
-        if texts:
-            return texts
-    return []

@@ -1,5 +1,5 @@
-"""LlamaIndex LLM over :class:`ragpic.RagPic` (the synthesizer that never re-splits nodes is
-in :mod:`ragpic.llm.llamaindex_synthesizer`, re-exported here).
+"""The LlamaIndex LLM over :class:`ragpic.RagPic` (the query engine that never re-splits nodes
+is in :mod:`ragpic.llm.llamaindex.query_engine`; both are importable from ``ragpic.llm.llamaindex``).
 
 ::
 
@@ -38,7 +38,8 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 
-from ragpic.llm.llamaindex_synthesizer import ContextOverflowError, RagPicSynthesizer, make_query_engine
+from ragpic.engine import check_engine
+from ragpic.errors import ContextOverflowError
 from ragpic.retriever_hooks.llamaindex import hints_for, install_retrieval_hints
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ragpic.llamaindex")
 
-__all__ = ["ContextOverflowError", "RagPicLLM", "RagPicSynthesizer", "make_query_engine"]
+__all__ = ["RagPicLLM"]
 
 _END = object()
 
@@ -69,7 +70,8 @@ class RagPicLLM(CustomLLM):
         method: link method override (default: the engine's ``config.method``).
         use_hints: pass retrieved node texts to the engine (see
             :mod:`ragpic.retriever_hooks.llamaindex`); the prompt is searched for stored chunks
-            either way.
+            either way. Creating an LLM adds ragpic's hint handler to LlamaIndex's root
+            dispatcher if it has none yet (one handler however many LLMs exist).
         system_prompt: LlamaIndex's usual system prompt (added by ``predict`` and by
             :meth:`complete`).
 
@@ -88,8 +90,10 @@ class RagPicLLM(CustomLLM):
     _last: Any = PrivateAttr(default=None)
     _last_hints: Any = PrivateAttr(default=None)
 
-    def __init__(self, engine: "RagPic", *, max_new_tokens: int | None = None, temperature: float | None = None,
-                 top_p: float | None = None, method: str | None = None, **kwargs: Any):
+    def __init__(self, engine: "RagPic | None" = None, *, max_new_tokens: int | None = None,
+                 temperature: float | None = None, top_p: float | None = None, method: str | None = None,
+                 **kwargs: Any):
+        engine = check_engine(engine, type(self).__name__)
         cfg = engine.config
         super().__init__(
             max_new_tokens=max_new_tokens if max_new_tokens is not None else cfg.max_new_tokens,

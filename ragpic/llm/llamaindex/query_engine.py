@@ -11,18 +11,16 @@ from llama_index.core.prompts.prompt_utils import get_biggest_prompt
 from llama_index.core.response_synthesizers import CompactAndRefine
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ragpic.errors import ContextOverflowError
 from ragpic.retriever_hooks.llamaindex import node_text
 
 if TYPE_CHECKING:
-    from ragpic.llm.llamaindex import RagPicLLM
+    from ragpic.llm.llamaindex.llm import RagPicLLM
 
 log = logging.getLogger("ragpic.llamaindex")
 
 __all__ = ["ContextOverflowError", "RagPicSynthesizer", "make_query_engine"]
 
-
-class ContextOverflowError(ValueError):
-    """The prompt plus the tokens to generate do not fit the model's context window."""
 
 class RagPicSynthesizer(CompactAndRefine):
     """The ``compact`` synthesizer, but node texts are never re-split.
