@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragpic.checks import check_int, check_number
 from ragpic.core.methods import parse_method
 from ragpic.errors import ConfigError
 
@@ -37,6 +37,9 @@ class Config:
         max_new_tokens, temperature, top_p: decoding defaults.
         system_prompt: system message put before user prompts (``None``: the template's own).
         batch_tokens: padded tokens per compile forward (ingest throughput vs memory).
+        min_chunk_tokens: texts shorter than this are never compiled, stored or matched in a
+            prompt (a short cached text like "an" would match inside words; its KV saves
+            nothing): they are computed as text.
     """
 
     model: str | None = None
@@ -53,6 +56,7 @@ class Config:
     top_p: float = 1.0
     system_prompt: str | None = None
     batch_tokens: int = 4096
+    min_chunk_tokens: int = 16
 
     def __post_init__(self) -> None:
         parse_method(self.method)  # raises with the list of valid methods
@@ -60,22 +64,12 @@ class Config:
             raise ConfigError(f"kv_quant must be one of {KV_QUANTS}, got {self.kv_quant!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float32, bfloat16, float16 or None, got {self.dtype!r}")
-        for name in ("max_new_tokens", "batch_tokens"):
-            _check_int(name, getattr(self, name), minimum=1)
-        _check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)
-        _check_number("store_size_limit_gb", self.store_size_limit_gb, "a number of GiB > 0", lambda v: v > 0)
-        _check_number("temperature", self.temperature, "a number >= 0 (0 is greedy)", lambda v: v >= 0)
-        _check_number("top_p", self.top_p, "a number in (0, 1]", lambda v: 0 < v <= 1)
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_number(name: str, value: object, what: str, ok) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not ok(value):
-        raise ConfigError(f"{name} must be {what}, got {value!r}")
+        for name in ("max_new_tokens", "batch_tokens", "min_chunk_tokens"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)
+        check_number("store_size_limit_gb", self.store_size_limit_gb, "a number of GiB > 0", lambda v: v > 0)
+        check_number("temperature", self.temperature, "a number >= 0 (0 is greedy)", lambda v: v >= 0)
+        check_number("top_p", self.top_p, "a number in (0, 1]", lambda v: 0 < v <= 1)
 
 
 def cache_dir() -> Path:

@@ -6,6 +6,7 @@ on a miss) -> link -> decode. LlamaIndex and LangChain classes are thin layers o
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -21,6 +22,7 @@ from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment, chunk_segment, text_segment
 from ragpic.core.text_stream import stream_text
+from ragpic.checks import check_text, check_texts
 from ragpic.errors import ChunkError, ConfigError
 from ragpic.generation import Generation, GenerationStream, MatchStats
 
@@ -87,18 +89,31 @@ class RagPic:
                 progress: bool = False) -> int:
         """Compile and store the KV of every text not stored yet; return how many were compiled.
 
-        ``texts`` must be exactly what will appear in prompts. Shows a progress bar when
-        ``progress``; a failing chunk raises :class:`ChunkError` naming it.
+        ``texts`` must be exactly what will appear in prompts (a list: a bare ``str`` is
+        refused). Texts shorter than ``config.min_chunk_tokens`` are skipped: they are never
+        cached or matched. Shows a progress bar when ``progress``; a failing chunk raises
+        :class:`ChunkError` naming it.
         """
-        unique = list(dict.fromkeys(t for t in texts))
+        unique = list(dict.fromkeys(check_texts("texts", texts)))
         for t in unique:
             if not t.strip():
                 raise ChunkError("an empty (or whitespace-only) chunk cannot be compiled: drop it before ingest")
+        unique = [t for t in unique if self.cacheable(t)]
         keys = [self.chunk_key(t, method) for t in unique]
         present = self.store.contains_many(keys)
         todo = [(k, t) for k, t, hit in zip(keys, unique, present) if not hit]
-        self._compile_and_store(todo, parse_method(method or self.config.method), progress=progress)
+        try:
+            self._compile_and_store(todo, parse_method(method or self.config.method), progress=progress)
+        except ChunkError as e:  # name the chunk by its place in the caller's list
+            if e.index is None or not isinstance(texts, list):
+                raise
+            where = texts.index(todo[e.index][1])
+            raise ChunkError(re.sub(r"^chunk \d+", f"texts[{where}]", str(e)), where) from e
         return len(todo)
+
+    def cacheable(self, text: str) -> bool:
+        """Whether ``text`` is long enough to be a cached chunk (``config.min_chunk_tokens``)."""
+        return self.count_tokens(text) >= self.config.min_chunk_tokens
 
     def _compile_and_store(self, todo: list[tuple[str, str]], method: Method, *,
                            progress: bool = False) -> dict[str, ChunkKV]:
@@ -135,9 +150,11 @@ class RagPic:
         them (or when none is found) the store's catalog of chunk texts is searched.
         """
         method = parse_method(method or self.config.method)
+        hints = check_texts("hints", hints) if hints is not None else None
         matches = find_chunks(text, hints) if hints else []
         if not matches:
             matches = find_chunks(text, self.store.texts().values())
+        matches = [m for m in matches if self.cacheable(m.text)]
         stats = MatchStats(matched=len(matches), hinted=len(hints or ()))
         if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
@@ -161,9 +178,11 @@ class RagPic:
         base = dict(max_new_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
                     top_p=self.config.top_p)
         base.update({k: v for k, v in overrides.items() if v is not None})
-        if "stop" in base:
-            base["stop"] = tuple(base["stop"])
-        return Sampling(**base)
+        unknown = set(base) - set(Sampling.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown sampling argument(s) {sorted(unknown)}: use "
+                              f"{', '.join(Sampling.__dataclass_fields__)}")
+        return Sampling(**base)  # validates each value (a single stop str is one stop string)
 
     def stream(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
                method: str | Method | None = None, chat: bool = True, **sampling) -> GenerationStream:
@@ -180,9 +199,10 @@ class RagPic:
         method = parse_method(method or self.config.method)
         params = self.sampling(**sampling)
         if isinstance(prompt, str):
+            check_text("prompt", prompt)
             text = self.format_prompt(prompt) if chat else prompt
         else:
-            text = self.format_chat(prompt)
+            text = self.format_chat(check_messages(prompt))
         with self._step:
             segs, stats = self.segments(text, hints, method)
             res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens, pool=self._pool)
@@ -229,3 +249,17 @@ def check_engine(engine: object, owner: str) -> RagPic:
         f"{owner} needs engine=: a ragpic.RagPic (got {got}). Pass engine=RagPic() for the embedded "
         f"SmolLM2, or RagPic(Config(model=...)) for yours; share one engine between your LLM objects."
     )
+
+
+def check_messages(messages: object) -> list[dict]:
+    """Chat messages as a list of ``{"role": str, "content": str}`` dicts, or a ConfigError
+    naming ``prompt`` (``None``, a number or a malformed message would fail deep inside the
+    chat template otherwise)."""
+    if isinstance(messages, dict) or not isinstance(messages, Sequence) or not messages:
+        raise ConfigError(f"prompt must be a str or a non-empty list of {{'role', 'content'}} messages, "
+                          f"got {type(messages).__name__} {messages!r:.40}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
+            raise ConfigError(f"prompt[{i}] must be a {{'role': str, 'content': str}} dict, got {m!r:.60}")
+        check_text(f"prompt[{i}]['content']", m["content"])
+    return list(messages)

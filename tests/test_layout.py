@@ -20,17 +20,21 @@ PKG = Path(__file__).resolve().parent.parent / "ragpic"
 # layer below may import it.
 ALLOWED = {
     "ragpic.errors": (),
+    "ragpic.checks": ("ragpic.errors",),
     "ragpic.core.ops": ("ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.methods": ("ragpic.errors",),
-    "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.config"),
-    "ragpic.config": ("ragpic.core.methods", "ragpic.errors"),
-    "ragpic.cache": ("ragpic.cache", "ragpic.core.kv", "ragpic.core.methods", "ragpic.errors", "ragpic.config"),
+    "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.config"),
+    "ragpic.config": ("ragpic.core.methods", "ragpic.errors", "ragpic.checks"),
+    "ragpic.cache": ("ragpic.cache", "ragpic.core.kv", "ragpic.core.methods", "ragpic.errors", "ragpic.checks",
+                     "ragpic.config"),
     "ragpic.generation": ("ragpic.core", "ragpic.errors"),
-    "ragpic.engine": ("ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.errors", "ragpic.generation"),
-    "ragpic.eval": ("ragpic.eval", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.errors"),
-    "ragpic.retriever_hooks": ("ragpic.retriever_hooks", "ragpic.engine", "ragpic.config", "ragpic.errors"),
+    "ragpic.engine": ("ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.errors", "ragpic.checks",
+                      "ragpic.generation"),
+    "ragpic.eval": ("ragpic.eval", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.errors", "ragpic.checks"),
+    "ragpic.retriever_hooks": ("ragpic.retriever_hooks", "ragpic.engine", "ragpic.config", "ragpic.errors",
+                               "ragpic.checks"),
     "ragpic.llm": ("ragpic.llm", "ragpic.engine", "ragpic.generation", "ragpic.retriever_hooks",
-                   "ragpic.config", "ragpic.errors"),
+                   "ragpic.config", "ragpic.errors", "ragpic.checks"),
 }
 # Top-level ``ragpic/__init__.py`` re-exports the public names.
 ALLOWED_TOP = ("ragpic.config", "ragpic.engine", "ragpic.generation", "ragpic.errors")

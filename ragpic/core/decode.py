@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ragpic.checks import check_int, check_number, check_stop
 from ragpic.core.forward import forward_rows
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache
@@ -26,10 +27,14 @@ class Sampling:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
+        # frozen: normalise through object.__setattr__ (a single stop str is one stop string)
+        object.__setattr__(self, "stop", check_stop(self.stop))
+        check_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        check_number("temperature", self.temperature, "a number >= 0 (0 is greedy)", lambda v: v >= 0)
+        check_number("top_p", self.top_p, "a number in (0, 1]", lambda v: 0 < v <= 1)
+        check_int("top_k", self.top_k, minimum=0)
+        if self.seed is not None:
+            check_int("seed", self.seed, minimum=0)
 
 
 def pick_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Match", "find_chunks", "split_prompt"]
+__all__ = ["Match", "find_chunks", "on_word_boundaries", "split_prompt"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -23,16 +23,19 @@ _DIRECT_SEARCH_LIMIT = 64
 _ANCHOR = 32
 
 
-def find_chunks(prompt: str, candidates: Iterable[str]) -> list[Match]:
-    """Non-overlapping occurrences of candidate texts in ``prompt``, left to right.
+def on_word_boundaries(prompt: str, start: int, end: int) -> bool:
+    """Whether ``prompt[start:end]`` neither starts nor ends inside a word: a cached "an"
+    must not match inside "banana"."""
+    def inside(i: int) -> bool:  # between two word characters
+        return 0 < i < len(prompt) and prompt[i - 1].isalnum() and prompt[i].isalnum()
 
-    Where two candidates overlap, the earlier one wins, then the longer. A chunk that
-    appears twice matches twice. With few candidates (the retrieval hints) each is looked up
-    with ``str.find``; with a large catalog, candidates are indexed by their first 32
-    characters and the prompt is scanned once (candidates shorter than that are not worth a
-    cache lookup and are simply computed).
-    """
-    cands = sorted({c for c in candidates if c}, key=len, reverse=True)
+    return not inside(start) and not inside(end)
+
+
+def _occurrences(prompt: str, cands: list[str]) -> list[Match]:
+    """Every occurrence of every candidate: ``str.find`` per candidate while there are few,
+    else one scan of the prompt with candidates indexed by their first characters (by their
+    whole text when shorter than the anchor), so the cost is O(prompt x distinct short lengths)."""
     found: list[Match] = []
     if len(cands) <= _DIRECT_SEARCH_LIMIT:
         for c in cands:
@@ -40,15 +43,33 @@ def find_chunks(prompt: str, candidates: Iterable[str]) -> list[Match]:
             while i >= 0:
                 found.append(Match(i, i + len(c), c))
                 i = prompt.find(c, i + 1)
-    else:
-        by_anchor: dict[str, list[str]] = {}
-        for c in cands:
-            if len(c) >= _ANCHOR:
-                by_anchor.setdefault(c[:_ANCHOR], []).append(c)
-        for i in range(len(prompt) - _ANCHOR + 1):
-            for c in by_anchor.get(prompt[i:i + _ANCHOR], ()):
-                if prompt.startswith(c, i):
-                    found.append(Match(i, i + len(c), c))
+        return found
+    by_anchor: dict[str, list[str]] = {}
+    short: dict[int, set[str]] = {}
+    for c in cands:
+        if len(c) >= _ANCHOR:
+            by_anchor.setdefault(c[:_ANCHOR], []).append(c)
+        else:
+            short.setdefault(len(c), set()).add(c)
+    for i in range(len(prompt)):
+        for c in by_anchor.get(prompt[i:i + _ANCHOR], ()):
+            if prompt.startswith(c, i):
+                found.append(Match(i, i + len(c), c))
+        for n, texts in short.items():
+            if prompt[i:i + n] in texts:
+                found.append(Match(i, i + n, prompt[i:i + n]))
+    return found
+
+
+def find_chunks(prompt: str, candidates: Iterable[str]) -> list[Match]:
+    """Non-overlapping occurrences of candidate texts in ``prompt``, left to right.
+
+    Only occurrences on word boundaries count (see :func:`on_word_boundaries`). Where two
+    candidates overlap, the earlier one wins, then the longer. A chunk that appears twice
+    matches twice.
+    """
+    cands = sorted({c for c in candidates if c}, key=len, reverse=True)
+    found = [m for m in _occurrences(prompt, cands) if on_word_boundaries(prompt, m.start, m.end)]
     found.sort(key=lambda m: (m.start, -(m.end - m.start)))
     kept: list[Match] = []
     for m in found:
