@@ -174,8 +174,10 @@ def read_header(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
         raise CorruptEntry("header checksum mismatch: the header bytes were altered")
     try:
         header = json.loads(bytes(hbytes).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:  # digest matched: writer bug
-        raise CorruptEntry(f"header is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a matching digest proves nothing: anyone can re-hash
+        raise CorruptEntry(f"header is not valid JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if not isinstance(header, dict):
+        raise CorruptEntry(f"header is a JSON {type(header).__name__}, not an object")
     for field, typ in _REQUIRED.items():
         if not isinstance(header.get(field), typ) or isinstance(header.get(field), bool):
             raise CorruptEntry(f"header field {field!r} missing or not {typ.__name__}")
@@ -191,6 +193,36 @@ def read_header(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
     return header, start
 
 
+def payload_size(header: dict[str, Any]) -> int:
+    """Payload bytes implied by a validated header's shape, dtype and quant.
+
+    Raises:
+        CorruptEntry: the header's ``payload_bytes`` disagrees.
+    """
+    layout = _layout(tuple(header["shape"]), _DTYPES[header["dtype"]], header["quant"])  # type: ignore[arg-type]
+    expected = sum(_nbytes(dt, sh) for _, dt, sh in layout)
+    if header["payload_bytes"] != expected:
+        raise CorruptEntry(f"header payload length {header['payload_bytes']} != {expected} implied by shape")
+    return expected
+
+
+def verify(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
+    """Check a whole entry (header, payload length and sha256) without building tensors;
+    return ``(header, payload offset)``.
+
+    Raises:
+        CorruptEntry: with a message naming what is wrong.
+    """
+    header, start = read_header(data)
+    view = memoryview(data)[start:]
+    expected = payload_size(header)
+    if len(view) != expected:
+        raise CorruptEntry(f"payload is {len(view)} bytes, header says {expected} (truncated or padded)")
+    if hashlib.sha256(view).hexdigest() != header["payload_sha256"]:
+        raise CorruptEntry("payload checksum mismatch: the tensor bytes were altered")
+    return header, start
+
+
 def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu") -> tuple[ChunkKV, str]:
     """Parse and verify entry bytes; return ``(kv, text)`` with ``kv`` on ``device``.
 
@@ -201,7 +233,7 @@ def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu")
         CorruptEntry: bad magic/version/length/checksum/shape.
         ForeignEntry: intact entry whose fingerprint is not ``fingerprint``.
     """
-    header, start = read_header(data)
+    header, start = verify(data)
     if header["fingerprint"] != fingerprint:
         raise ForeignEntry(
             f"entry was compiled for model fingerprint {header['fingerprint']!r}, "
@@ -211,13 +243,6 @@ def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu")
     dtype = _DTYPES[header["dtype"]]
     L, H, T, D = header["shape"]
     layout = _layout((L, H, T, D), dtype, header["quant"])
-    expected = sum(_nbytes(dt, sh) for _, dt, sh in layout)
-    if header["payload_bytes"] != expected:
-        raise CorruptEntry(f"header payload length {header['payload_bytes']} != {expected} implied by shape")
-    if len(view) != expected:
-        raise CorruptEntry(f"payload is {len(view)} bytes, header says {expected} (truncated or padded)")
-    if hashlib.sha256(view).hexdigest() != header["payload_sha256"]:
-        raise CorruptEntry("payload checksum mismatch: the tensor bytes were altered")
     buf = bytearray(view)
     out: dict[str, torch.Tensor] = {}
     pos = 0
