@@ -6,7 +6,7 @@ keeps a small *catalog*, ``(fingerprint, key) -> chunk text``, that lets the eng
 cached chunks inside a prompt after a restart. Implementations:
 
 - :class:`MemoryBackend` (here): thread-safe LRU with a byte budget;
-- :class:`ragpic.cache.disk.DiskBackend`: diskcache folder, process-safe, size-limited;
+- :class:`ragpic.cache.disk.DiskBackend`: entry files + SQLite index, process-safe, size-limited;
 - :class:`ragpic.cache.redis_backend.RedisBackend`: shared Redis server (needs ``redis``).
 
 Backends may raise whatever their medium raises (``OSError``, ``sqlite3.Error``,
@@ -37,7 +37,9 @@ class KVBackend(Protocol):
         ...
 
     def put_many(self, items: Mapping[str, bytes]) -> None:
-        """Store each entry; each one is atomic (fully readable or absent)."""
+        """Store each entry; each one is atomic (fully readable or absent). A backend may
+        also take ``patient=True`` (ingest: wait longer rather than fail fast); after a
+        failure, ``contains`` must tell which entries of the batch were stored."""
         ...
 
     def contains(self, key: str) -> bool: ...

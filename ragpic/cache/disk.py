@@ -1,203 +1,255 @@
-"""DiskBackend: entries in a diskcache folder beside the vector index.
+"""DiskBackend: entries as files in a folder beside the vector index, with a SQLite index.
 
 Folder layout::
 
-    <path>/manifest.json    format version, fingerprint and recipes; written once, never rewritten
-    <path>/kv/              diskcache.Cache (sqlite index + one file per entry >= 32 KiB)
-    <path>/catalog.sqlite   side index (fingerprint, key) -> chunk text, see ChunkStore.texts()
+    <path>/manifest.json     format versions, fingerprint, recipes; written once (see manifest.py)
+    <path>/entries/          one file per entry, named by its key (see folder.py)
+    <path>/index.sqlite      catalog + LRU clock + write journal (see index_db.py)
+    <path>/damaged/          databases (and unreadable legacy folders) moved aside, for a look
 
-Atomicity: diskcache writes a large value to a fresh, uniquely named file and only then
-inserts the sqlite row that points to it, in one transaction. A writer killed mid-file
-leaves an orphan file but no row, so the key reads as absent; a failed write (disk full)
-removes its half-written file here. Each row is either fully there or absent. Several
-processes may open the same folder: sqlite serialises writers. After a power loss an
-un-fsynced file may be short or zeroed; the checksum in :mod:`ragpic.cache.entry` is the
-last line of defence.
+The store reads and writes only its own formats: entry bytes are never unpickled (there is
+no pickle anywhere), file names come from keys, never from a database row, and each path
+is checked to lie inside the folder. diskcache is not used: its reads unpickle whatever a
+row's mode says, so a crafted ``cache.db`` ran code (issue 13); a ragpic 0.1 diskcache
+folder is imported safely on open (see legacy.py).
+
+Writes: each batch first journals its keys in ``pending``, then per entry writes a
+temporary file, renames it into place and commits the entry's row (the catalog) in one
+transaction. A failure (disk full) removes the file whose row could not be committed, so a
+failed batch leaves only entries that are both stored and catalogued. A writer killed in
+between leaves ``pending`` rows; the next open settles them (see reconcile.py).
+
+Opening heals: a database that is damaged (not SQLite, truncated, not ragpic's schema,
+"malformed") is moved to ``damaged/`` and rebuilt from the intact entry files, with a
+warning; a deleted one is rebuilt too. A read-only folder serves reads (its index opened
+read-only, or rebuilt in memory); a full disk serves reads and every write says why it
+failed. Reads come from the files, so even a lost index never hides an entry from a lookup.
+Several processes may share a folder: SQLite serialises writers, renames are atomic. After
+a power loss an un-fsynced file may be short or zeroed; the entry checksum catches it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import errno
+import functools
 import logging
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import diskcache
-
-from ragpic.cache.entry import FORMAT_VERSION
+from ragpic.cache import folder, index_open, manifest
+from ragpic.cache.entry import read_header
 
 log = logging.getLogger("ragpic.cache")
 
 DEFAULT_SIZE_LIMIT = 8 * 2**30
 
 
-class _SafeDisk(diskcache.Disk):
-    """diskcache.Disk that remembers, per thread, the value file the current ``set`` creates."""
+def _heals(method):
+    """Run ``method``; if SQLite finds the index damaged meanwhile ("malformed", "not a
+    database"), move it aside and rebuild it before re-raising, so the next call works."""
 
-    def __init__(self, directory: str, **kwargs: Any) -> None:
-        super().__init__(directory, **kwargs)
-        self.pending = threading.local()
+    @functools.wraps(method)
+    def run(self: "DiskBackend", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is sqlite3.DatabaseError:  # not locked / full / read-only: damage
+                self._damaged(exc)
+            raise
 
-    def filename(self, key: Any = diskcache.core.UNKNOWN, value: Any = diskcache.core.UNKNOWN) -> tuple[str, str]:
-        name, full = super().filename(key, value)
-        self.pending.path = full
-        return name, full
+    return run
 
 
 class DiskBackend:
     """Process-safe, size-limited store of entry bytes in a folder (LRU eviction).
 
     Args:
-        path: folder (created if missing).
-        size_limit_bytes: diskcache ``size_limit``; entries are culled least recently used
-            first once the folder's volume passes it (8 GiB default; diskcache's own
-            default of 1 GiB holds only ~91 SmolLM2 512-token fp16 chunks).
+        path: folder (created if missing; ``~`` expanded).
+        size_limit_bytes: entries are evicted least recently used first once their bytes
+            pass this (8 GiB default: ~360 SmolLM2 512-token fp16 chunks).
         fingerprint, recipes: recorded in ``manifest.json`` when the folder is created.
+        busy_s: how long a query-path statement waits for another process's write lock.
+        orphan_age_s: a temporary file or journal row of another host's writer older than
+            this is an orphan (this host's writers are orphans as soon as they are gone).
+
+    Raises:
+        OSError: the folder cannot be created (open_store then falls back to memory).
+        ConfigError: the folder holds a newer format than this ragpic reads.
     """
 
     def __init__(self, path: str | os.PathLike[str], size_limit_bytes: int = DEFAULT_SIZE_LIMIT, *,
-                 fingerprint: str | None = None, recipes: Sequence[str] = ()) -> None:
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._write_manifest_once(fingerprint, list(recipes))
-        manifest = self.manifest()
-        if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
-            raise ValueError(f"KV store {self.path} has format version {manifest['format_version']}; "
-                             f"this ragpic reads up to {FORMAT_VERSION}: upgrade ragpic or use another folder")
-        if fingerprint is not None and manifest.get("fingerprint") != fingerprint:
-            log.info("KV store %s was created for fingerprint %r; entries for %r are kept beside "
-                     "them (keys are content-addressed)", self.path, manifest.get("fingerprint"), fingerprint)
+                 fingerprint: str | None = None, recipes: Sequence[str] = (), busy_s: float = 0.25,
+                 orphan_age_s: float = 3600.0) -> None:
+        self.path = Path(os.path.expanduser(os.fspath(path)))
+        if not self.path.is_dir():
+            self.path.mkdir(parents=True, exist_ok=True)
         self.size_limit_bytes = int(size_limit_bytes)
-        self._cache = diskcache.Cache(str(self.path / "kv"), disk=_SafeDisk, size_limit=self.size_limit_bytes,
-                                      eviction_policy="least-recently-used")
-        self._warned_readonly = False
-        self._db_lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path / "catalog.sqlite"), timeout=60, check_same_thread=False,
-                                   isolation_level=None)
-        with self._db_lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS catalog (fingerprint TEXT NOT NULL, key TEXT NOT NULL,"
-                             " text TEXT NOT NULL, PRIMARY KEY (fingerprint, key)) WITHOUT ROWID")
-            self._db.execute("CREATE INDEX IF NOT EXISTS catalog_key ON catalog(key)")
-
-    # -- manifest --------------------------------------------------------------------------
-    def _write_manifest_once(self, fingerprint: str | None, recipes: list[str]) -> None:
-        target = self.path / "manifest.json"
-        if target.exists():
-            return
-        body = {"format": "ragpic-kv-store", "format_version": FORMAT_VERSION, "fingerprint": fingerprint,
-                "recipes": recipes, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        tmp = self.path / f".manifest.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-        try:
-            os.link(tmp, target)  # atomic and exclusive: the first writer wins, nobody rewrites
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    def manifest(self) -> dict[str, Any]:
-        """The folder's manifest: ``format_version``, ``fingerprint``, ``recipes``, ``created``."""
-        return json.loads((self.path / "manifest.json").read_text(encoding="utf-8"))
-
-    # -- KVBackend ---------------------------------------------------------------------------
-    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        for key in keys:
+        self.orphan_age_s = orphan_age_s
+        self.evictions = 0
+        self.why_readonly = None if os.access(self.path, os.W_OK) else "it is read-only (mount or permissions)"
+        if self.why_readonly is None:
             try:
-                value = self._cache.get(key, default=None)
-            except sqlite3.OperationalError as exc:
-                # an LRU read also writes (access time): on a full or read-only disk that
-                # write fails, but the entry is still there to read
-                if not self._warned_readonly:
-                    self._warned_readonly = True
-                    log.warning("KV store %s cannot record reads (%s); reading without LRU updates", self.path, exc)
-                value = self._peek(key)
-            out.append(value if isinstance(value, bytes) else None)
+                manifest.write_once(self.path, fingerprint, list(recipes))
+            except OSError as exc:
+                self.why_readonly = f"it cannot be written ({exc.strerror or exc})"
+        manifest.check(self.path, str(path), fingerprint)
+        self._warned_touch = False
+        self._busy_s = busy_s
+        self._db, self.why_readonly = index_open.open_index(self.path, why_readonly=self.why_readonly,
+                                                            busy_s=busy_s, orphan_age_s=orphan_age_s)
+        if self.writable:
+            index_open.heal_on_open(self.path, self._db, lambda k, d: self.put_many({k: d}, patient=True),
+                                    orphan_age_s=orphan_age_s)
+
+    def _damaged(self, exc: Exception) -> None:
+        self._db, self.why_readonly = index_open.replace_damaged(
+            self.path, self._db, exc, why_readonly=self.why_readonly, busy_s=self._busy_s,
+            orphan_age_s=self.orphan_age_s)
+
+    @property
+    def writable(self) -> bool:
+        return self.why_readonly is None
+
+    # -- KVBackend: reads -------------------------------------------------------------------
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        out = [folder.read_entry(self.path, k) if folder.is_key(k) else None for k in keys]
+        self._touch([k for k, d in zip(keys, out) if d is not None])
         return out
 
-    def _peek(self, key: str) -> bytes | None:
-        """Read an entry without writing anything (diskcache's table layout, v5)."""
-        row = self._cache._sql(  # noqa: SLF001 - read-only query on diskcache's own table
-            "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
-            " AND (expire_time IS NULL OR expire_time > ?)", (key, time.time())).fetchone()
-        if row is None:
-            return None
-        mode, filename, value = row
-        if mode == diskcache.core.MODE_RAW and isinstance(value, bytes):
-            return value
-        if mode == diskcache.core.MODE_BINARY and filename:
-            try:
-                return (self.path / "kv" / filename).read_bytes()
-            except OSError:
-                return None
-        return None
-
-    def put_many(self, items: Mapping[str, bytes]) -> None:
-        disk: _SafeDisk = self._cache.disk  # type: ignore[assignment]
-        for key, value in items.items():
-            disk.pending.path = None
-            try:
-                self._cache.set(key, bytes(value))
-            except BaseException:
-                # the row was not committed: no reader can reach the file; don't leak it
-                if disk.pending.path:
-                    with contextlib.suppress(OSError):
-                        os.remove(disk.pending.path)
-                raise
+    def _touch(self, keys: list[str]) -> None:
+        """Record reads for LRU; a read-only or full disk just cannot (reads still work)."""
+        if not keys or not self.writable:
+            return
+        try:
+            with self._db.transaction() as con:
+                con.executemany("UPDATE entries SET access = ? WHERE key = ?", [(time.time(), k) for k in keys])
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is sqlite3.DatabaseError:
+                self._damaged(exc)
+            elif not self._warned_touch:
+                self._warned_touch = True
+                log.warning("KV store %s cannot record reads (%s); reading without LRU updates", self.path, exc)
 
     def contains(self, key: str) -> bool:
-        return key in self._cache
+        return folder.is_key(key) and folder.entry_size(self.path, key) is not None
 
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        return [self.contains(k) for k in keys]
+
+    @_heals
+    def keys(self) -> list[str]:
+        """Every catalogued key (any fingerprint)."""
+        return [k for (k,) in self._db.query("SELECT key FROM entries")]
+
+    # -- KVBackend: writes ------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise OSError(errno.EROFS, f"KV store folder {self.path} takes no writes: {self.why_readonly}")
+
+    @_heals
+    def put_many(self, items: Mapping[str, bytes], *, patient: bool = False) -> None:
+        """Store each entry with its catalog row (see the module docstring).
+
+        Raises:
+            ValueError: a key that is not a chunk key, or bytes that are not an entry.
+            OSError / sqlite3.Error: the write failed; entries before it stay stored.
+        """
+        self._check_writable()
+        heads = {}
+        for key, data in items.items():
+            if not folder.is_key(key):
+                raise ValueError(f"DiskBackend keys are chunk keys (64 lowercase hex), got {key!r}")
+            heads[key] = read_header(data)[0]
+        writer, now = folder.writer_id(), time.time()
+        with self._db.transaction(patient=patient) as con:
+            con.executemany("INSERT OR IGNORE INTO pending VALUES (?, ?, ?)", [(k, writer, now) for k in items])
+        try:
+            for key, data in items.items():
+                size = folder.write_entry(self.path, key, bytes(data), writer)
+                try:
+                    with self._db.transaction(patient=patient) as con:
+                        self._db.upsert(con, [(key, heads[key]["fingerprint"], heads[key]["text"], size, time.time())])
+                        con.execute("DELETE FROM pending WHERE key = ? AND writer = ?", (key, writer))
+                except BaseException:
+                    folder.remove_entry(self.path, key)  # never leave a stored-but-uncatalogued entry
+                    raise
+        finally:
+            try:
+                with self._db.transaction(patient=patient) as con:
+                    con.execute("DELETE FROM pending WHERE writer = ?", (writer,))
+            except sqlite3.Error:
+                pass  # settled by the next open once this process is gone
+        self._evict()
+
+    def _evict(self) -> None:
+        """Remove least recently used entries until their bytes fit the size limit."""
+        while True:
+            _, total = self._db.totals()
+            if total <= self.size_limit_bytes:
+                return
+            victims, freed = [], 0
+            for key, nbytes in self._db.query("SELECT key, bytes FROM entries ORDER BY access, key LIMIT 64"):
+                victims.append(key)
+                freed += nbytes
+                if total - freed <= self.size_limit_bytes:
+                    break
+            for key in victims:  # file first: a reader then sees a miss, never a row without data
+                folder.remove_entry(self.path, key)
+            with self._db.transaction() as con:
+                con.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in victims])
+            self.evictions += len(victims)
+
+    @_heals
     def delete(self, key: str) -> None:
-        self._cache.delete(key)
-        with self._db_lock:
-            self._db.execute("DELETE FROM catalog WHERE key = ?", (key,))
+        self._check_writable()
+        if folder.is_key(key):
+            folder.remove_entry(self.path, key)
+        with self._db.transaction() as con:
+            con.execute("DELETE FROM entries WHERE key = ?", (key,))
 
+    @_heals
     def stats(self) -> dict[str, Any]:
-        return {"backend": "disk", "path": str(self.path), "entries": len(self._cache),
-                "volume_bytes": self._cache.volume(), "size_limit_bytes": self.size_limit_bytes}
+        entries, volume = self._db.totals()
+        return {"backend": "disk", "path": str(self.path), "entries": entries, "volume_bytes": volume,
+                "size_limit_bytes": self.size_limit_bytes, "evictions": self.evictions,
+                "writable": self.writable, "why_readonly": self.why_readonly}
+
+    def manifest(self) -> dict[str, Any]:
+        """The folder's manifest (``{}`` when absent or unreadable, see manifest.py)."""
+        return manifest.read(self.path)[0]
 
     def close(self) -> None:
-        self._cache.close()
-        with self._db_lock:
-            self._db.close()
+        self._db.close()
 
-    # -- catalog -----------------------------------------------------------------------------
+    # -- catalog ----------------------------------------------------------------------------
+    @_heals
     def catalog(self, fingerprint: str) -> dict[str, str]:
-        """``key -> text`` for this fingerprint's entries still in the cache (evicted rows pruned)."""
-        with self._db_lock:  # rows before keys: a row is only added after its entry is stored
-            rows = self._db.execute("SELECT key, text FROM catalog WHERE fingerprint = ?", (fingerprint,)).fetchall()
-        present = set(self._cache.iterkeys())
+        """``key -> text`` of this fingerprint's catalogued entries whose file still exists."""
+        rows = self._db.query("SELECT key, text FROM entries WHERE fingerprint = ?", (fingerprint,))
+        present = {k: t for k, t in rows if self.contains(k)}
         stale = [k for k, _ in rows if k not in present]
-        if stale:
+        if stale and self.writable:
             self.catalog_remove(fingerprint, stale)
-        return {k: t for k, t in rows if k in present}
+        return present
 
+    @_heals
     def catalog_add(self, fingerprint: str, items: Mapping[str, str]) -> None:
-        self._write_catalog("INSERT OR REPLACE INTO catalog (fingerprint, key, text) VALUES (?, ?, ?)",
-                            [(fingerprint, k, t) for k, t in items.items()])
+        """Catalogue stored entries that have no row yet (a repair: put_many catalogues its own)."""
+        rows = [(k, fingerprint, t, size, time.time()) for k, t in items.items()
+                if folder.is_key(k) and (size := folder.entry_size(self.path, k)) is not None]
+        if rows:
+            self._check_writable()
+            with self._db.transaction() as con:
+                con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
+                                " ON CONFLICT(key) DO NOTHING", rows)
 
+    @_heals
     def catalog_remove(self, fingerprint: str, keys: Sequence[str]) -> None:
-        self._write_catalog("DELETE FROM catalog WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in keys])
-
-    def _write_catalog(self, sql: str, rows: list[tuple[str, ...]]) -> None:
-        """Run ``sql`` over ``rows`` in one transaction (all rows or none)."""
-        if not rows:
-            return
-        with self._db_lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(sql, rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        self._db.execute("ROLLBACK")
-                raise
+        if keys:
+            self._check_writable()
+            with self._db.transaction() as con:
+                con.executemany("DELETE FROM entries WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in keys])
