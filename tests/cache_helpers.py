@@ -47,7 +47,7 @@ def chunk_tokens(seed: int) -> int:
 def writer_process(path: str, seeds: list[int], size_limit: int) -> None:
     """Write every seed's chunk into the DiskBackend at ``path`` (one put per chunk)."""
     torch.set_num_threads(1)
-    from ragpic.cache.store import open_store
+    from ragpic.cache import open_store
 
     store = open_store(path, fingerprint=FP, memory_bytes=0, size_limit_bytes=size_limit)
     for s in seeds:
@@ -60,7 +60,7 @@ def writer_process(path: str, seeds: list[int], size_limit: int) -> None:
 def endless_writer(path: str, start: int) -> None:
     """Write ~1.5 MB entries forever (until SIGKILLed), noting progress in ``path/progress``."""
     torch.set_num_threads(1)
-    from ragpic.cache.store import open_store
+    from ragpic.cache import open_store
 
     store = open_store(path, fingerprint=FP, memory_bytes=0)
     s = start
@@ -74,26 +74,22 @@ def endless_writer(path: str, start: int) -> None:
 
 
 def die_mid_write(path: str) -> None:
-    """Store chunk 0, then SIGKILL this process halfway through writing chunk 1's value file."""
+    """Store chunk 0, then SIGKILL this process halfway through writing chunk 1's entry file."""
     import signal
 
-    import diskcache.core
-
-    from ragpic.cache.store import open_store
+    from ragpic.cache import folder, open_store
 
     store = open_store(path, fingerprint=FP, memory_bytes=0)
     key, kv, text = make_chunk(0, tokens=300)
     store.put_many({key: (kv, text)})
 
-    def half_then_die(self, full_path, iterator, mode, encoding=None):  # Disk._write's signature
-        data = b"".join(iterator)
-        os.makedirs(os.path.dirname(full_path), exist_ok=True)
-        with open(full_path, mode) as f:
+    def half_then_die(tmp, data):  # folder._write_bytes's signature
+        with open(tmp, "wb") as f:
             f.write(data[: len(data) // 2])
             f.flush()
             os.fsync(f.fileno())
         os.kill(os.getpid(), signal.SIGKILL)
 
-    diskcache.core.Disk._write = half_then_die
+    folder._write_bytes = half_then_die
     key, kv, text = make_chunk(1, tokens=300)
     store.put_many({key: (kv, text)})

@@ -1,9 +1,8 @@
-"""ChunkStore over memory and diskcache: tiers, catalog, damage on disk, size limits, failures."""
+"""ChunkStore over memory and folder backends: tiers, catalog, damage on disk, size limits, failures."""
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from cache_helpers import FP, make_chunk, same_kv
 from ragpic.cache import ChunkStore, open_store
 from ragpic.cache.backends import DiskBackend, KVBackend, MemoryBackend
 from ragpic.cache.entry import encode
+from ragpic.cache.folder import entry_path
 
 
 def _fill(store: ChunkStore, seeds, **kw) -> dict[str, tuple]:
@@ -86,29 +86,18 @@ def test_int8_store_round_trip(tmp_path: Path) -> None:
 
 
 def _value_file(path: Path, key: str) -> Path:
-    con = sqlite3.connect(path / "kv" / "cache.db")
-    (name,) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchone()
-    con.close()
-    return path / "kv" / name
+    return entry_path(path, key)
 
 
 def _damage(path: Path, key: str, how: str) -> None:
     if how == "truncate":
         f = _value_file(path, key)
         f.write_bytes(f.read_bytes()[:-1000])
-    elif how == "flip_file":
+    elif how in ("flip_file", "flip_small"):
         f = _value_file(path, key)
         data = bytearray(f.read_bytes())
-        data[len(data) // 2] ^= 0x01
+        data[len(data) // 2 if how == "flip_file" else -3] ^= 0x80
         f.write_bytes(bytes(data))
-    elif how == "flip_sqlite":  # small entries live inline in cache.db
-        con = sqlite3.connect(path / "kv" / "cache.db")
-        (blob,) = con.execute("SELECT value FROM Cache WHERE key = ?", (key,)).fetchone()
-        data = bytearray(blob)
-        data[-3] ^= 0x80
-        con.execute("UPDATE Cache SET value = ? WHERE key = ?", (bytes(data), key))
-        con.commit()
-        con.close()
     elif how in ("foreign", "misfiled"):
         seed_fp = "other-model" if how == "foreign" else FP
         _, kv, text = make_chunk(99, tokens=300, fingerprint=seed_fp)
@@ -117,9 +106,9 @@ def _damage(path: Path, key: str, how: str) -> None:
         backend.close()
 
 
-@pytest.mark.parametrize("how", ["truncate", "flip_file", "flip_sqlite", "foreign", "misfiled"])
+@pytest.mark.parametrize("how", ["truncate", "flip_file", "flip_small", "foreign", "misfiled"])
 def test_damaged_disk_entry_is_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str) -> None:
-    tokens = 4 if how == "flip_sqlite" else 300
+    tokens = 4 if how == "flip_small" else 300
     store = open_store(tmp_path, fingerprint=FP, memory_bytes=0)
     items = _fill(store, [1, 2], tokens=tokens)
     bad, good = list(items)
@@ -138,7 +127,7 @@ def test_damaged_disk_entry_is_dropped(tmp_path: Path, caplog: pytest.LogCapture
 
 
 def test_disk_size_limit_evicts_least_recently_used(tmp_path: Path) -> None:
-    limit = 1 << 20  # diskcache culls up to 10 least recently used entries per write past it
+    limit = 1 << 20  # least recently used entries are evicted as soon as the bytes pass it
     store = open_store(tmp_path, fingerprint=FP, memory_bytes=0, size_limit_bytes=limit)
     keys: list[str] = []
     for s in range(60):

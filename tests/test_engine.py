@@ -95,21 +95,17 @@ def test_bad_chunk_at_ingest_is_named(engine):
 def test_damaged_entry_on_disk_is_recompiled_never_linked(engine, tmp_path, caplog):
     """A bit flipped in a stored KV file: detected, logged, recompiled; the answer is unchanged."""
     import logging
-    import sqlite3
 
     engine.compile(PASSAGES)
     before = engine.generate(_prompt(PASSAGES), hints=PASSAGES)
     key = engine.chunk_key(PASSAGES[1])
     engine.store.close()
-    db = next((tmp_path / "kv").rglob("cache.db"))
-    with sqlite3.connect(db) as con:  # diskcache keeps small values inline, large ones in files
-        name, blob = con.execute("SELECT filename, value FROM Cache WHERE key = ?", (key,)).fetchone()
-        data = bytearray(blob if name is None else (db.parent / name).read_bytes())
-        data[len(data) // 2] ^= 0x10
-        if name is None:
-            con.execute("UPDATE Cache SET value = ? WHERE key = ?", (bytes(data), key))
-        else:
-            (db.parent / name).write_bytes(bytes(data))
+    from ragpic.cache.folder import entry_path
+
+    f = entry_path(tmp_path / "kv", key)  # one file per entry, named by its key
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    f.write_bytes(bytes(data))
 
     restarted = RagPic(engine.config, lm=engine.lm)  # a new process would open the folder like this
     with caplog.at_level(logging.WARNING, logger="ragpic.cache"):

@@ -2,7 +2,10 @@
 memory -> disk/Redis tiered store (see :class:`ChunkStore` and :func:`open_store`)."""
 
 from ragpic.cache.entry import CorruptEntry, ForeignEntry
+from ragpic.cache.expect import Expected, expected_for
 from ragpic.cache.keys import chunk_key
-from ragpic.cache.store import ChunkStore, StoreStats, open_store
+from ragpic.cache.opening import open_store
+from ragpic.cache.store import ChunkStore, StoreStats
 
-__all__ = ["ChunkStore", "open_store", "chunk_key", "CorruptEntry", "ForeignEntry", "StoreStats"]
+__all__ = ["ChunkStore", "open_store", "chunk_key", "CorruptEntry", "ForeignEntry", "StoreStats", "Expected",
+           "expected_for"]

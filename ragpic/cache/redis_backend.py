@@ -6,38 +6,68 @@ Keys, for a store key ``k`` and prefix ``p``::
     p + "meta:" + k            the payload length as ASCII; written *after* the payload
     p + "catalog:" + fp        hash  key -> chunk text  (see ChunkStore.texts())
 
-A reader only returns a payload whose meta key exists; both are read in one pipelined
-round trip, meta first, so a meta seen implies its payload had been written. Deletes
-remove meta first. With ``ttl_s`` both keys expire (meta a little later than payload,
-which reads as a miss). Redis Cluster is not supported (multi-key MGET across slots).
+An entry is stored when both its payload and its meta key exist: readers and
+:meth:`contains_many` check both, so a meta key whose payload was lost (evicted, expired,
+deleted) reads as absent and the chunk is compiled and written again instead of being
+reported present forever. Payloads are written first; then each meta key and its catalog
+row are written together in one ``MULTI`` transaction, so the catalog and the entries
+cannot disagree. Deletes remove meta first. With ``ttl_s`` both keys expire (meta a
+little later than payload, which reads as a miss). Redis Cluster is not supported.
+
+Timeouts: a query waits at most ``timeout_s`` for any one socket operation (default
+0.25 s) and redis-py's retries are off, so a stalled server costs one bounded wait; the
+store's breaker then skips the server. Ingest writes (``patient=True``) use a second
+connection pool with ``ingest_timeout_s``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ragpic.cache.entry import read_header
 
 
 class RedisBackend:
     """Pipelined Redis store of entry bytes.
 
     Args:
-        url: ``redis://[:password@]host:port/db`` (also ``rediss://``, ``unix://``).
+        url: ``redis://[:password@]host:port/db`` (also ``rediss://``).
         prefix: namespace for every key this backend touches.
         ttl_s: optional expiry of each entry, in seconds.
-        socket_timeout: seconds before a stalled server raises ``redis.TimeoutError``.
+        timeout_s: socket and connect timeout of query-path calls.
+        ingest_timeout_s: socket timeout of ``put_many(patient=True)``.
     """
 
-    def __init__(self, url: str, prefix: str = "ragpic:", *, ttl_s: float | None = None,
-                 socket_timeout: float = 5.0, connect_timeout: float = 2.0) -> None:
+    self_cataloguing = True  # put_many writes catalog rows with the meta keys
+
+    def __init__(self, url: str, prefix: str = "ragpic:", *, ttl_s: float | None = None, timeout_s: float = 0.25,
+                 ingest_timeout_s: float = 30.0) -> None:
         self.prefix = prefix
         self.ttl_ms = None if ttl_s is None else max(1, int(ttl_s * 1000))
-        self._r = redis.Redis.from_url(url, socket_timeout=socket_timeout,
-                                       socket_connect_timeout=connect_timeout)
+        self._r = self._client(url, timeout_s)
+        self._url, self._ingest_timeout_s = url, ingest_timeout_s
+        self._slow: redis.Redis | None = None
         kw = self._r.connection_pool.connection_kwargs
         self._where = kw.get("path") or f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
+
+    @staticmethod
+    def _client(url: str, timeout_s: float) -> redis.Redis:
+        return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                    retry=Retry(NoBackoff(), 0), retry_on_timeout=False)
+
+    def _ingest(self) -> redis.Redis:
+        if self._slow is None:
+            self._slow = self._client(self._url, self._ingest_timeout_s)
+        return self._slow
+
+    def is_unreachable(self, exc: BaseException) -> bool:
+        """Timeouts and connection failures: the server is down for reads and writes alike."""
+        return isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
 
     def _kv(self, key: str) -> str:
         return f"{self.prefix}kv:{key}"
@@ -58,29 +88,37 @@ class RedisBackend:
         metas, payloads = pipe.execute()
         return [p if m is not None and p is not None else None for m, p in zip(metas, payloads)]
 
-    def put_many(self, items: Mapping[str, bytes]) -> None:
+    def put_many(self, items: Mapping[str, bytes], *, patient: bool = False) -> None:
+        """Payloads, then (meta key + catalog row) per entry in one transaction.
+
+        Raises:
+            CorruptEntry: bytes that are not an entry; redis.RedisError: the server failed.
+        """
         if not items:
             return
-        pipe = self._r.pipeline(transaction=False)
+        heads = {key: read_header(value)[0] for key, value in items.items()}
+        r = self._ingest() if patient else self._r
+        pipe = r.pipeline(transaction=False)
         for key, value in items.items():
             pipe.set(self._kv(key), value, px=self.ttl_ms)
         pipe.execute()  # every payload is stored before any of their meta keys
-        pipe = self._r.pipeline(transaction=False)
+        pipe = r.pipeline(transaction=True)
         for key, value in items.items():
             pipe.set(self._meta(key), str(len(value)), px=self.ttl_ms)
+            pipe.hset(self._catalog(heads[key]["fingerprint"]), key, heads[key]["text"])
         pipe.execute()
 
     def contains(self, key: str) -> bool:
-        return bool(self._r.exists(self._meta(key)))
+        return self.contains_many([key])[0]
 
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
-        """Meta-key presence for each key, in one round trip."""
+        """Whether both the meta key and the payload of each key exist, in one round trip."""
         if not keys:
             return []
         pipe = self._r.pipeline(transaction=False)
         for key in keys:
-            pipe.exists(self._meta(key))
-        return [bool(n) for n in pipe.execute()]
+            pipe.exists(self._meta(key), self._kv(key))
+        return [n == 2 for n in pipe.execute()]
 
     def delete(self, key: str) -> None:
         self._r.delete(self._meta(key))
@@ -92,18 +130,19 @@ class RedisBackend:
 
     def close(self) -> None:
         self._r.close()
+        if self._slow is not None:
+            self._slow.close()
 
     # -- catalog -----------------------------------------------------------------------------
     def catalog(self, fingerprint: str) -> dict[str, str]:
-        """``key -> text`` for this fingerprint's entries whose meta key still exists."""
+        """``key -> text`` for this fingerprint's entries that are stored (payload and meta)."""
         raw = self._r.hgetall(self._catalog(fingerprint))
         rows = {k.decode(): v.decode("utf-8") for k, v in raw.items()}
         keys = list(rows)
         present: set[str] = set()
         for i in range(0, len(keys), 1000):
             batch = keys[i : i + 1000]
-            metas = self._r.mget([self._meta(k) for k in batch])
-            present.update(k for k, m in zip(batch, metas) if m is not None)
+            present.update(k for k, hit in zip(batch, self.contains_many(batch)) if hit)
         stale = [k for k in keys if k not in present]
         if stale:
             self.catalog_remove(fingerprint, stale)
@@ -116,3 +155,26 @@ class RedisBackend:
     def catalog_remove(self, fingerprint: str, keys: Sequence[str]) -> None:
         if keys:
             self._r.hdel(self._catalog(fingerprint), *keys)
+
+    # -- for `ragpic store check` ------------------------------------------------------------
+    def scan_keys(self) -> Iterator[tuple[str, str]]:
+        """``(kind, key)`` for every ``kv:`` / ``meta:`` key under the prefix (SCAN, not KEYS)."""
+        for name in self._r.scan_iter(match=f"{self.prefix}*", count=1000):
+            rest = name.decode("utf-8", "replace")[len(self.prefix):]
+            kind, _, key = rest.partition(":")
+            if kind in ("kv", "meta"):
+                yield kind, key
+
+    def catalogs(self) -> dict[str, dict[str, str]]:
+        """Every fingerprint's catalog hash under the prefix."""
+        out = {}
+        for name in self._r.scan_iter(match=f"{self.prefix}catalog:*", count=1000):
+            fp = name.decode("utf-8", "replace")[len(self.prefix) + len("catalog:"):]
+            out[fp] = {k.decode(): v.decode("utf-8", "replace") for k, v in self._r.hgetall(name).items()}
+        return out
+
+    def payload(self, key: str) -> bytes | None:
+        return self._r.get(self._kv(key))
+
+    def delete_payload(self, key: str) -> None:
+        self._r.delete(self._kv(key))
