@@ -1,0 +1,43 @@
+"""``ragpic store check [--repair] PATH|URL``: report (and fix) what a KV store holds.
+
+Wired into ``ragpic/cli.py`` with :func:`add_parser` and :func:`run`; the logic lives in
+:mod:`ragpic.cache.check`. Exit status: 0 clean (or repaired), 1 problems left, 2 the
+target is not a store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``store`` (with its ``check`` sub-command) to the ``ragpic`` parser."""
+    store = subparsers.add_parser("store", help="inspect a KV store folder or Redis (`ragpic store check --help`)")
+    sub = store.add_subparsers(dest="store_command", required=True)
+    check = sub.add_parser("check", help="count entries, bytes, corrupt and orphaned files; --repair fixes them",
+                           description="Verify every entry of a KV store (checksums, keys) and its catalog.")
+    check.add_argument("target", metavar="PATH|URL", help="the folder given as store= (e.g. my_index/kv) "
+                                                           "or redis://host:port/db")
+    check.add_argument("--repair", action="store_true", help="delete corrupt entries and orphans, rebuild the catalog")
+    check.add_argument("--prefix", default="ragpic:", help="Redis key prefix (default: ragpic:)")
+    check.add_argument("--json", dest="json_out", action="store_true", help="print the counts as JSON")
+    check.set_defaults(func=run)
+    return store
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``ragpic store check``; return the exit status (see the module docstring)."""
+    from ragpic.cache.check import check_store, format_result
+    from ragpic.errors import ConfigError
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        result = check_store(args.target, repair=args.repair, prefix=args.prefix)
+    except ConfigError as exc:
+        print(f"ragpic store check: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_json(), indent=1) if args.json_out else format_result(result))
+    return 0 if result.clean or result.repaired else 1
