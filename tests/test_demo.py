@@ -1,35 +1,101 @@
-"""`ragpic demo`, the main job, end to end on SmolLM2 + MiniLM + FAISS (small folder)."""
+"""`ragpic demo`, the main job, end to end on SmolLM2 + MiniLM + FAISS (small folders).
+
+The index is the folder's (by resolved path, never by base name), re-runs ingest only what
+changed and say so, and a failed run leaves no folder behind.
+"""
 
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
-from ragpic.cli import build_parser
+from ragpic.cli import main, parse
 from ragpic.demo import run
 
 pytestmark = pytest.mark.integration
 
+ARGS = ["--max-new-tokens", "4", "--top-k", "2"]
 
-def test_demo_ingests_a_folder_answers_and_reloads_without_compiling(tmp_path, musique, monkeypatch):
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for i, c in enumerate(musique[0]["ctxs"][:3]):
-        (docs / f"p{i}.txt").write_text(" ".join(c["text"].split()[:90]))
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """Demo indexes go to a temp folder (the converted model stays in the real cache)."""
+    monkeypatch.setattr("ragpic.demo.index.demo_home", lambda: tmp_path / "demo_home")
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: no interactive loop
-    argv = ["demo", "--folder", str(docs), "--index", str(tmp_path / "idx"), "--max-new-tokens", "6",
-            "--top-k", "2", "--question", musique[0]["question"]]
+    return tmp_path / "demo_home"
+
+
+def _folder(root, musique, q: int, prefix: str):
+    """Three one-chunk files (90 words each) from the passages of question ``q``."""
+    folder = root / "sf_docs"
+    folder.mkdir(parents=True)
+    for i, c in enumerate(musique[q]["ctxs"][:3]):
+        (folder / f"{prefix}{i}.txt").write_text(" ".join(c["text"].split()[:90]))
+    return folder
+
+
+def _run(argv):
+    args = parse(["demo", *argv, *ARGS])
     out = io.StringIO()
-    first = run(build_parser().parse_args(argv), out=out)
-    text = out.getvalue()
-    assert "ingesting 3 documents" in text and "TTFT speed-up" in text and "retrieved" in text
+    results = run(args, out=out)
+    return args, results, out.getvalue()
+
+
+def _manifest(args) -> dict:
+    return json.loads((args.index_folder / "ragpic_manifest.json").read_text())
+
+
+def test_same_base_name_two_indexes_and_incremental_reingest(tmp_path, musique, home):
+    a = _folder(tmp_path / "a", musique, 0, "a")
+    b = _folder(tmp_path / "b", musique, 1, "b")
+    qa, qb = musique[0]["question"], musique[1]["question"]
+
+    args_a, first, text = _run(["--folder", str(a), "-q", qa])
+    assert "ingest: 3 files added: 3 chunks compiled" in text, text
+    assert "TTFT speed-up" in text and "cosine similarity" in text
     assert first[0]["linked"].chunks_loaded == 2 and first[0]["linked"].method == "legolink-16"
     assert first[0]["full"].recomputed_tokens == first[0]["full"].prompt_tokens
 
-    out = io.StringIO()
-    again = run(build_parser().parse_args(argv), out=out)
-    assert "reloading index" in out.getvalue()
+    args_b, _, text_b = _run(["--folder", str(b), "-q", qb])  # same base name "sf_docs", other folder
+    assert args_b.index_folder != args_a.index_folder and args_b.index_folder.parent == home
+    assert "ingest: 3 files added: 3 chunks compiled" in text_b, text_b  # not "reloading" a's index
+    names = [line.split()[3] for line in text_b.splitlines() if " cos " in line]  # "1. cos 0.41  b0.txt ..."
+    assert len(names) == 2 and all(n.startswith("b") for n in names), names  # b's own documents
+    assert _manifest(args_b)["source"] == str(b.resolve())
+
+    _, again, text = _run(["--folder", str(a), "-q", qa])  # nothing changed: nothing compiled
+    assert "ingest: 3 files unchanged: nothing to ingest" in text, text
     g = again[0]["linked"]
-    assert (g.chunks_loaded, g.chunks_compiled) == (2, 0)
-    assert g.text == first[0]["linked"].text
+    assert (g.chunks_loaded, g.chunks_compiled) == (2, 0) and g.text == first[0]["linked"].text
+
+    before = _manifest(args_a)["files"]
+    (a / "a1.txt").write_text((a / "a1.txt").read_text() + " It was edited today.")
+    args_a2, edited, text = _run(["--folder", str(a), "-q", qa])
+    assert "ingest: 2 files unchanged, 1 changed: 1 chunk compiled, 1 chunk dropped" in text, text
+    after = _manifest(args_a2)["files"]
+    assert after["a0.txt"]["nodes"] == before["a0.txt"]["nodes"]  # untouched files keep their nodes
+    assert after["a2.txt"]["nodes"] == before["a2.txt"]["nodes"]
+    assert after["a1.txt"]["nodes"] != before["a1.txt"]["nodes"]
+    assert edited[0]["linked"].chunks_compiled == 0  # everything retrieved was compiled at ingest
+
+    (a / "a2.txt").unlink()
+    (a / "extra.md").write_text("Dolores Park is a park in San Francisco.")
+    _, _, text = _run(["--folder", str(a), "-q", qa])
+    assert "ingest: 2 files unchanged, 1 added, 1 removed: 1 chunk compiled, 1 chunk dropped" in text, text
+
+
+def test_a_failed_first_run_leaves_no_index_folder(tmp_path, musique, home, monkeypatch, capsys):
+    from ragpic.errors import ChunkError
+
+    def fail(*args, **kwargs):
+        raise ChunkError("chunk 3 cannot be compiled (simulated)")
+
+    monkeypatch.setattr("ragpic.demo.index.sync_index", fail)
+    folder = _folder(tmp_path, musique, 0, "p")
+    assert main(["demo", "--folder", str(folder), *ARGS]) == 1
+    err = capsys.readouterr().err
+    ours = [line for line in err.splitlines() if line.startswith("ragpic")]  # transformers' load bar aside
+    assert len(ours) == 1 and "simulated" in ours[0] and "Traceback" not in err, err
+    assert not home.exists() or not any(home.iterdir()), list(home.rglob("*"))

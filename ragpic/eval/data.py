@@ -4,6 +4,10 @@ A prompt is built as ragpic builds any prompt: separately tokenized segments, in
 (DESIGN.md section 3). For QA: the chat-template prefix with the system instruction, then
 each passage as one cached chunk with "\\n\\n" text between them, then the question and the
 template's assistant header as text. ``full`` prefills exactly the same ids.
+
+The defaults of ``ragpic eval`` / ``eval needle`` / ``bench`` are the small sets shipped in
+``ragpic/data`` (:func:`default_dataset`, :func:`default_haystack`; attribution and license
+in ``ragpic/data/README.md``), so the commands run from a clone with no path argument.
 """
 
 from __future__ import annotations
@@ -19,6 +23,17 @@ QA_INSTRUCTION = (
 )
 GLUE = "\n\n"
 _MARK = "\u0000RAGPIC_USER_CONTENT\u0000"
+_DATA = Path(__file__).resolve().parents[1] / "data"  # ragpic/data, shipped as package data
+
+
+def default_dataset() -> Path:
+    """The bundled QA set: the first 32 MuSiQue questions (CC BY 4.0), ``ragpic eval``'s default."""
+    return _DATA / "musique_sample.json"
+
+
+def default_haystack() -> Path:
+    """The bundled haystack: four Paul Graham essays (~12.8k tokens), enough for 8k-token prompts."""
+    return _DATA / "haystack"
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,0 +1,157 @@
+"""Argument types and checks shared by every ``ragpic`` command (stdlib only: no torch).
+
+Every check runs before a model is loaded, so a wrong argument costs a second, not the
+20-30 s of loading a model, and fails with one line that names the argument and says what
+to pass. Checks raise :class:`UsageError`; ``ragpic.cli.main`` prints it and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+from pathlib import Path
+
+from ragpic.core.methods import METHOD_HELP, parse_method  # stdlib-only module
+from ragpic.errors import ConfigError
+
+__all__ = ["UsageError", "Parser", "at_least", "csv_of", "fraction", "method_name", "method_list",
+           "device_name", "need_module", "need_folder", "need_file", "check_model", "check_output"]
+
+
+class UsageError(Exception):
+    """A command-line argument is wrong; the message names it and says what to pass (exit 2).
+
+    ``prog`` is the command it belongs to (``ragpic demo``...), set by the parser or by ``main``.
+    """
+
+    def __init__(self, message: str, prog: str | None = None):
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (no usage dump) and raise :class:`UsageError`."""
+
+    def error(self, message: str):  # argparse calls this for every parse error
+        raise UsageError(f"{message} (see `{self.prog} --help`)", prog=self.prog)
+
+
+def at_least(minimum: int, kind=int):
+    """An argparse type: a number >= ``minimum``."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} "
+                                             f">= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+        return value
+    parse.__name__ = f"{kind.__name__} >= {minimum}"
+    return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1] (0: start, 1: end), got {text!r}")
+    return value
+
+
+def csv_of(kind):
+    """An argparse type: a comma-separated list, each item parsed by ``kind``."""
+    def parse(text: str):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected a comma-separated list, e.g. 1024,2048")
+        return [kind(t) for t in items]
+    return parse
+
+
+def method_name(text: str, *, variants: bool = False, bare_legolink: bool = False) -> str:
+    """An argparse type: a link method (``@int8`` suffix allowed when ``variants``)."""
+    method, _, quant = text.strip().partition("@")
+    if quant and not (variants and quant == "int8"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the only variant is '@int8' (eval only), e.g. legolink-16@int8")
+    if bare_legolink and method.lower() == "legolink":
+        return text.strip()
+    try:
+        parse_method(method)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"unknown link method {text!r}: {METHOD_HELP}") from None
+    return text.strip()
+
+
+def method_list(*, variants: bool = False, bare_legolink: bool = False):
+    """An argparse type: a comma-separated list of link methods."""
+    return csv_of(lambda t: method_name(t, variants=variants, bare_legolink=bare_legolink))
+
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def device_name(text: str) -> str:
+    """An argparse type: ``auto``, ``cpu``, ``mps``, ``cuda`` or ``cuda:N``."""
+    if not _DEVICE.match(text.strip().lower()):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, mps, cuda or cuda:N, got {text!r}")
+    return text.strip().lower()
+
+
+def need_module(module: str, what: str, extra: str) -> None:
+    """Fail early when an optional dependency is missing, naming the pip extra that has it."""
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"{what} needs the Python package {module!r}: pip install 'ragpic[{extra}]'")
+
+
+def need_folder(option: str, path: str | Path, *, pattern: str = "*.txt", what: str = "a folder of .txt files") -> Path:
+    """``path`` must be an existing folder holding at least one ``pattern`` file."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UsageError(f"{option} {path}: no such folder; pass {what}")
+    if not p.is_dir():
+        raise UsageError(f"{option} {path}: not a folder; pass {what}")
+    if not any(p.glob(pattern)):
+        raise UsageError(f"{option} {path}: no {pattern} files in it; pass {what}")
+    return p
+
+
+def need_file(option: str, path: str | Path, what: str) -> Path:
+    """``path`` must be an existing, readable file."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UsageError(f"{option} {path}: {'not a file' if p.exists() else 'no such file'}; pass {what}")
+    try:
+        with p.open("rb") as f:
+            f.read(1)
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot read it ({e.strerror or e}); pass {what}") from None
+    return p
+
+
+def check_model(model: str | None) -> None:
+    """``--model``: an existing HF model folder, or a hub id already in the local cache.
+
+    A value that looks like a path (``/``, ``.``, ``~`` first) must exist; anything else is left
+    to the loader (a cached hub id such as ``HuggingFaceTB/SmolLM2-360M-Instruct``).
+    """
+    if model is None:
+        return
+    p = Path(model).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise UsageError(f"--model {model}: no config.json in it; pass a Hugging Face model folder "
+                             "(or omit --model for the embedded SmolLM2-135M-Instruct)")
+    elif model.startswith(("/", ".", "~")):
+        raise UsageError(f"--model {model}: no such folder; pass a Hugging Face model folder "
+                         "(or omit --model for the embedded SmolLM2-135M-Instruct)")
+
+
+def check_output(option: str, path: str | None) -> None:
+    """An output file path (``--json``, ``--plot``) must not name an existing folder."""
+    if path and Path(path).expanduser().is_dir():
+        raise UsageError(f"{option} {path}: is a folder; pass a file name, e.g. out/result.json")

