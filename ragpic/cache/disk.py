@@ -50,16 +50,17 @@ DEFAULT_SIZE_LIMIT = 8 * 2**30
 
 def _heals(method):
     """Run ``method``; if SQLite finds the index damaged meanwhile ("malformed", "not a
-    database"), move it aside and rebuild it before re-raising, so the next call works."""
+    database"), move it aside, rebuild it from the entry files and run ``method`` again."""
 
     @functools.wraps(method)
     def run(self: "DiskBackend", *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.DatabaseError as exc:
-            if type(exc) is sqlite3.DatabaseError:  # not locked / full / read-only: damage
-                self._damaged(exc)
-            raise
+            if type(exc) is not sqlite3.DatabaseError:  # locked / full / read-only: not damage
+                raise
+            self._damaged(exc)
+        return method(self, *args, **kwargs)
 
     return run
 
@@ -95,7 +96,7 @@ class DiskBackend:
             try:
                 manifest.write_once(self.path, fingerprint, list(recipes))
             except OSError as exc:
-                self.why_readonly = f"it cannot be written ({exc.strerror or exc})"
+                self.why_readonly = index_open.why_unwritable(self.path, exc)
         manifest.check(self.path, str(path), fingerprint)
         self._warned_touch = False
         self._busy_s = busy_s
@@ -148,7 +149,8 @@ class DiskBackend:
     # -- KVBackend: writes ------------------------------------------------------------------
     def _check_writable(self) -> None:
         if not self.writable:
-            raise OSError(errno.EROFS, f"KV store folder {self.path} takes no writes: {self.why_readonly}")
+            code = errno.ENOSPC if "disk is full" in str(self.why_readonly) else errno.EROFS
+            raise OSError(code, f"KV store folder {self.path} takes no writes: {self.why_readonly}")
 
     @_heals
     def put_many(self, items: Mapping[str, bytes], *, patient: bool = False) -> None:
@@ -197,6 +199,8 @@ class DiskBackend:
                 freed += nbytes
                 if total - freed <= self.size_limit_bytes:
                     break
+            if not victims:
+                return
             for key in victims:  # file first: a reader then sees a miss, never a row without data
                 folder.remove_entry(self.path, key)
             with self._db.transaction() as con:

@@ -69,10 +69,21 @@ def writer_id() -> str:
     return f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def _safe(root: str | os.PathLike[str], key: str) -> Path | None:
+    """:func:`entry_path`, or ``None`` where it would leave the folder (a planted symlink
+    reads as a missing entry: it must neither raise into a query nor be followed)."""
+    try:
+        return entry_path(root, key)
+    except UnsafePath:
+        return None
+
+
 def read_entry(root: str | os.PathLike[str], key: str) -> bytes | None:
-    """The bytes of ``key``'s entry file, ``None`` if absent (a symlink or a non-file counts
-    as absent: ``O_NOFOLLOW`` refuses the first, ``fstat`` the second)."""
-    path = entry_path(root, key)
+    """The bytes of ``key``'s entry file, ``None`` if absent (a symlink, a non-file or a
+    path leading out of the folder counts as absent)."""
+    path = _safe(root, key)
+    if path is None:
+        return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except (FileNotFoundError, NotADirectoryError):
@@ -89,8 +100,11 @@ def read_entry(root: str | os.PathLike[str], key: str) -> bytes | None:
 
 def entry_size(root: str | os.PathLike[str], key: str) -> int | None:
     """Size in bytes of ``key``'s entry file (not following symlinks), ``None`` if absent."""
+    path = _safe(root, key)
+    if path is None:
+        return None
     try:
-        st = os.lstat(entry_path(root, key))
+        st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return st.st_size if stat.S_ISREG(st.st_mode) else None
@@ -129,8 +143,8 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 def remove_entry(root: str | os.PathLike[str], key: str) -> bool:
     """Delete ``key``'s entry file if it is a regular file inside ``root``; whether one was removed."""
-    path = entry_path(root, key)
-    if entry_size(root, key) is None:
+    path = _safe(root, key)
+    if path is None or entry_size(root, key) is None:
         return False
     try:
         os.unlink(path)
@@ -141,7 +155,10 @@ def remove_entry(root: str | os.PathLike[str], key: str) -> bool:
 
 def temp_files(root: str | os.PathLike[str], key: str) -> list[Path]:
     """Temporary files of ``key`` left by any writer (``<key>.<writer>.tmp``)."""
-    shard = entry_path(root, key).parent
+    path = _safe(root, key)
+    if path is None:
+        return []
+    shard = path.parent
     try:
         names = os.listdir(shard)
     except (FileNotFoundError, NotADirectoryError):

@@ -97,18 +97,20 @@ class IndexDB:
         self.path, self.readonly = path, readonly
         self._lock = threading.Lock()
         self._busy_ms = max(1, int(busy_s * 1000))
+        self._con: sqlite3.Connection | None = None
         try:
             self._con = self._connect()
             self._check_or_create()
             self.inode = path.stat().st_ino if path is not None else None
         except sqlite3.DatabaseError as exc:
-            with contextlib.suppress(Exception):
+            if self._con is not None:
                 self._con.close()
             if type(exc) is sqlite3.DatabaseError:  # "malformed", "not a database"; not locked / full
                 raise IndexDamaged(f"{type(exc).__name__}: {exc}") from None
             raise
         except IndexDamaged:
-            self._con.close()
+            if self._con is not None:
+                self._con.close()
             raise
 
     def _connect(self) -> sqlite3.Connection:

@@ -37,7 +37,7 @@ def open_index(root: Path, *, why_readonly: str | None, busy_s: float,
                 rebuild_logged(root, db, f"{INDEX} was missing", delete=True, orphan_age_s=orphan_age_s)
             return db, None
         except (OSError, sqlite3.Error, IndexDamaged) as exc:  # e.g. no space for a new database
-            why_readonly = f"its index cannot be written ({exc})"
+            why_readonly = why_unwritable(root, exc)
     try:
         if db_path.is_file():
             return IndexDB(db_path, readonly=True), why_readonly
@@ -46,6 +46,15 @@ def open_index(root: Path, *, why_readonly: str | None, busy_s: float,
     db = IndexDB(None)
     rebuild_logged(root, db, "", delete=False, orphan_age_s=orphan_age_s, quiet=True)
     return db, why_readonly
+
+
+def why_unwritable(root: Path, exc: BaseException) -> str:
+    """Why writing failed, in words: a full disk says so (SQLite only says "disk I/O error")."""
+    try:
+        full = os.statvfs(root).f_bavail == 0
+    except OSError:
+        full = False
+    return "the disk is full (No space left on device)" if full else f"its index cannot be written ({exc})"
 
 
 def recover(root: Path, cause: str, *, busy_s: float, orphan_age_s: float) -> IndexDB:

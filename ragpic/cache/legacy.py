@@ -51,7 +51,8 @@ def _value_file(kv_dir: Path, name: object) -> bytes | None:
 
 
 def rows(root: Path) -> Iterator[tuple[str, bytes | None]]:
-    """``(key, entry bytes or None)`` for each row ragpic 0.1 could have written.
+    """``(key, entry bytes)`` for each row ragpic 0.1 could have written; ``None`` bytes
+    for every other row (pickle mode, pickled key, a file name leading out of ``kv/``).
 
     Raises:
         sqlite3.DatabaseError: ``cache.db`` is unreadable.
@@ -61,11 +62,10 @@ def rows(root: Path) -> Iterator[tuple[str, bytes | None]]:
     con = sqlite3.connect(f"{uri}?mode=ro", uri=True)
     try:
         con.execute("PRAGMA trusted_schema=OFF")
-        cur = con.execute("SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND typeof(key) = 'text'")
-        for key, mode, filename, value in cur:
-            if not folder.is_key(key):
-                continue
-            if mode == _MODE_RAW and isinstance(value, bytes):
+        for key, raw, mode, filename, value in con.execute("SELECT key, raw, mode, filename, value FROM Cache"):
+            if raw != 1 or not folder.is_key(key):  # a pickled key (raw 0) is never looked at
+                yield "", None
+            elif mode == _MODE_RAW and isinstance(value, bytes):
                 yield key, value
             elif mode == _MODE_BINARY:
                 yield key, _value_file(kv_dir, filename)

@@ -126,7 +126,6 @@ def rebuild(root: Path, db: IndexDB, *, delete: bool, full: bool = False, orphan
             con.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in stale])
             con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
                             " ON CONFLICT(key) DO NOTHING", [r for r in rows if r[0] not in known])
-            con.execute("DELETE FROM pending")
     return report
 
 
