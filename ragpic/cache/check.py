@@ -11,40 +11,15 @@ entries and orphans are deleted, uncatalogued entries catalogued and stale rows 
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragpic.cache import reconcile
-from ragpic.cache.entry import CorruptEntry, verify
-from ragpic.cache.keys import chunk_key
+from ragpic.cache.check_result import CheckResult, format_result
 from ragpic.cache.spec import parse_store
 from ragpic.errors import ConfigError
 
-
-@dataclass(slots=True)
-class CheckResult:
-    """Counts found by :func:`check_store` (before any repair)."""
-
-    target: str
-    kind: str
-    entries: int = 0
-    bytes: int = 0
-    corrupt: int = 0
-    orphans: int = 0
-    orphan_bytes: int = 0
-    uncatalogued: int = 0
-    stale_rows: int = 0
-    repaired: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not (self.corrupt or self.orphans or self.uncatalogued or self.stale_rows)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self) | {"clean": self.clean}
+__all__ = ["CheckResult", "check_store", "check_folder", "format_result"]
 
 
 def check_store(spec: str, *, repair: bool = False, prefix: str = "ragpic:") -> CheckResult:
@@ -101,27 +76,3 @@ def check_folder(root: Path, *, repair: bool) -> CheckResult:
         setattr(result, name, getattr(rep, name))
     result.notes += rep.problems[:20]
     return result
-
-
-def verify_keyed(key: str, data: bytes) -> None:
-    """Verify entry bytes and that they hash to ``key``.
-
-    Raises:
-        CorruptEntry: naming what is wrong.
-    """
-    header, _ = verify(data)
-    if chunk_key(header["fingerprint"], header["text"], header["recipe"], header["dtype"]) != key:
-        raise CorruptEntry("entry holds another chunk than its key names (misfiled)")
-
-
-def format_result(r: CheckResult) -> str:
-    """A few lines for a terminal."""
-    state = "repaired" if r.repaired and not r.clean else ("clean" if r.clean else "needs repair (--repair)")
-    lines = [f"{r.kind} store {r.target}: {state}",
-             f"  entries       {r.entries} intact ({r.bytes:,} bytes)",
-             f"  corrupt       {r.corrupt}",
-             f"  orphaned      {r.orphans} ({r.orphan_bytes:,} bytes)",
-             f"  uncatalogued  {r.uncatalogued}",
-             f"  stale rows    {r.stale_rows}"]
-    lines += [f"  note: {n}" for n in r.notes]
-    return "\n".join(lines)

@@ -9,7 +9,7 @@ without an intact entry are removed.
 
 from __future__ import annotations
 
-from ragpic.cache.check import CheckResult, verify_keyed
+from ragpic.cache.check_result import CheckResult, verify_keyed
 from ragpic.cache.entry import CorruptEntry, read_header
 from ragpic.cache.redis_backend import RedisBackend
 
