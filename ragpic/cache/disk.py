@@ -256,4 +256,5 @@ class DiskBackend:
         if keys:
             self._check_writable()
             with self._db.transaction() as con:
-                con.executemany("DELETE FROM entries WHERE fingerprint = ? AND key = ?", [(fingerprint, k) for k in keys])
+                con.executemany("DELETE FROM entries WHERE fingerprint = ? AND key = ?",
+                                [(fingerprint, k) for k in keys])

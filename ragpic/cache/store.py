@@ -18,12 +18,12 @@ queries are then answered by recomputing instead of waiting or crashing. Ingest
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from ragpic.cache import backend_calls
 from ragpic.cache.backends import KVBackend
 from ragpic.cache.breaker import Breaker
 from ragpic.cache.catalog_view import CatalogView
@@ -71,8 +71,6 @@ class ChunkStore:
         self._lock = threading.Lock()
         self._bad: set[str] = set()  # corrupt entries the backend could not delete: never re-read
         self._catalog = CatalogView(self._read_catalog, catalog_refresh_s)
-        put = getattr(backend, "put_many", None)
-        self._patient = put is not None and "patient" in inspect.signature(put).parameters
 
     @property
     def breaker(self) -> Breaker:
@@ -112,8 +110,8 @@ class ChunkStore:
                 missing.append(key)
         self._count(memory_hits=len(found), misses=len(unique) - len(found) - len(missing))
         if missing:
-            ok, payloads = self._call("read", self.backend.get_many if self.backend else None, missing)  # type: ignore[arg-type]
-            for key, data in zip(missing, payloads if ok and payloads is not None else [None] * len(missing)):
+            ok, payloads = self._call("read", getattr(self.backend, "get_many", None), missing)
+            for key, data in zip(missing, payloads if ok and payloads else [None] * len(missing)):
                 kv = self._load(key, data, expect, bad) if data is not None else None
                 if kv is None:
                     self._count(misses=1)
@@ -170,16 +168,12 @@ class ChunkStore:
         out = [key in self._hot and key not in self._bad for key in keys]
         rest = [k for k, hit in zip(keys, out) if not hit and k not in self._bad]
         if rest and self.backend is not None:
-            ok, found = self._call("read", self._backend_contains, rest)
+            ok, found = self._call("read", backend_calls.contains_many, self.backend, rest)
             present = {k for k, hit in zip(rest, found or []) if hit} if ok else set()
             out = [hit or k in present for k, hit in zip(keys, out)]
             if texts is not None and present:
                 self._recatalog({k: t for k, t in zip(keys, texts) if k in present})
         return out
-
-    def _backend_contains(self, keys: list[str]) -> list[bool]:
-        many = getattr(self.backend, "contains_many", None)
-        return list(many(keys)) if many is not None else [self.backend.contains(k) for k in keys]  # type: ignore[union-attr]
 
     def _recatalog(self, stored: dict[str, str]) -> None:
         known = self.texts(refresh=True)
@@ -232,7 +226,8 @@ class ChunkStore:
             self._hot.put(key, (hot_kv, text, True))
             self._bad.discard(key)
         stored = list(encoded) if self.backend is None else self._put_backend(encoded, items, strict)
-        self._count(puts=len(stored), bytes_written=sum(len(encoded[k]) for k in stored) if self.backend else 0)
+        written = sum(len(encoded[k]) for k in stored) if self.backend else 0
+        self._count(puts=len(stored), bytes_written=written)
         return stored
 
     def _put_backend(self, encoded: dict[str, bytes], items: Mapping[str, tuple[ChunkKV, str]],
@@ -242,11 +237,11 @@ class ChunkStore:
         if not encoded or (not strict and not self.breaker.allow("write")):
             return []
         try:
-            backend.put_many(encoded, patient=True) if strict and self._patient else backend.put_many(encoded)  # type: ignore[call-arg]
+            backend_calls.put_many(backend, encoded, patient=strict)
             stored = list(encoded)
             self.breaker.success("write")
         except Exception as exc:
-            stored = self._stored_after_failure(list(encoded))
+            stored = backend_calls.stored_of(backend, list(encoded))
             self._catalogue({k: items[k][1] for k in stored})
             if strict:
                 first = next(k for k in encoded if k not in stored)
@@ -255,13 +250,6 @@ class ChunkStore:
             return stored
         self._catalogue({k: items[k][1] for k in stored})
         return stored
-
-    def _stored_after_failure(self, keys: list[str]) -> list[str]:
-        """Which keys of a failed batch the backend holds anyway (none if it cannot say)."""
-        try:
-            return [k for k, hit in zip(keys, self._backend_contains(keys)) if hit]
-        except Exception:
-            return []
 
     def _catalogue(self, texts: dict[str, str]) -> None:
         if texts and not getattr(self.backend, "self_cataloguing", False):
