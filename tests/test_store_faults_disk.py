@@ -206,3 +206,20 @@ def test_orphans_of_dead_writers_are_reclaimed_live_ones_kept(tmp_path: Path) ->
     assert (report.orphans, report.orphan_bytes, report.entries, report.corrupt) == (2, 26, 1, 0)
     assert check_store(str(tmp_path), repair=True).orphans == 2
     assert not any(f.exists() for f in orphans) and live.exists() and check_store(str(tmp_path)).clean
+
+
+@pytest.mark.parametrize("how", ["garbage header", "truncated"])
+def test_unreadable_legacy_database_is_moved_aside(tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "kv"
+    crafted_legacy_folder(root, tmp_path / "marker", [])
+    db = root / "kv" / "cache.db"
+    data = db.read_bytes()
+    db.write_bytes(os.urandom(100) + data[100:] if how == "garbage header" else data[: len(data) // 3])
+    with caplog.at_level(logging.WARNING, logger="ragpic.cache"):
+        store = open_store(root, fingerprint=FP, memory_bytes=0)
+    assert "its cache.db is unreadable" in caplog.text and not (root / "kv").exists()
+    assert [p.name.startswith("diskcache-") for p in (root / "damaged").iterdir()] == [True]
+    key, kv, text = make_chunk(5)
+    store.put_many({key: (kv, text)}, strict=True)  # the folder works: not dropped to memory-only
+    store.clear_memory()
+    assert list(store.get_many([key])) == [key] and not (tmp_path / "marker").exists()
