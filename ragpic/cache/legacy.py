@@ -99,6 +99,9 @@ def import_folder(root: Path, put: Callable[[str, bytes], None]) -> None:
     target = root / aside / f"diskcache-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     target.parent.mkdir(exist_ok=True)
     os.replace(root / "kv", target)
+    for name in ("catalog.sqlite", "catalog.sqlite-wal", "catalog.sqlite-shm"):  # 0.1's side catalog
+        if (root / name).is_file() and not (root / name).is_symlink():
+            os.replace(root / name, target / name)
     log.warning("KV store %s: imported %d entries of a ragpic 0.1 (diskcache) folder without unpickling, "
                 "skipped %d rows that were not intact ragpic entries%s; the old folder is now %s "
                 "(delete it to free its space)", root, kept, skipped, why, target)
