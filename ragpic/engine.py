@@ -6,27 +6,33 @@ on a miss) -> link -> decode. LlamaIndex and LangChain classes are thin layers o
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from ragpic.cache.expect import expected_for
 from ragpic.config import Config
 from ragpic.core.compile import compile_chunks
 from ragpic.core.decode import Sampling, decode_tokens
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import LinkResult, link
-from ragpic.core.matching import find_chunks, split_prompt
+from ragpic.core.matching import split_prompt
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.slab_pool import SlabPool
-from ragpic.core.segments import Segment, chunk_segment, text_segment
+from ragpic.core.segments import Segment, text_segment
 from ragpic.core.text_stream import stream_text
-from ragpic.checks import check_text, check_texts
-from ragpic.errors import ChunkError, ConfigError
+from ragpic.checks import check_number, check_text, check_texts
+from ragpic.errors import ChunkError, ConfigError, GenerationTimeout
 from ragpic.generation import Generation, GenerationStream, MatchStats
+from ragpic.prompting import check_messages, format_chat
+from ragpic.segmenting import build_segments, match_chunks
 
 __all__ = ["Generation", "GenerationStream", "RagPic", "check_engine"]
+
+log = logging.getLogger("ragpic.engine")
 
 Messages = Sequence[dict]
 
@@ -66,12 +72,13 @@ class RagPic:
     def count_tokens(self, text: str) -> int:
         return len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def format_chat(self, messages: Messages) -> str:
+    def format_chat(self, messages: Messages, *, add_generation_prompt: bool = True) -> str:
         """Messages -> the model's chat-template text, ending with the assistant turn opener."""
-        tok = self.lm.tokenizer
-        if not getattr(tok, "chat_template", None):
-            return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-        return tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return format_chat(self.lm.tokenizer, messages, add_generation_prompt=add_generation_prompt)
+
+    def count_chat_tokens(self, messages: Messages) -> int:
+        """Tokens of ``messages`` in the model's chat template (no assistant opener added)."""
+        return self.count_tokens(self.format_chat(check_messages(messages), add_generation_prompt=False))
 
     def format_prompt(self, prompt: str) -> str:
         """A completion prompt as one user turn (plus the configured system prompt)."""
@@ -100,10 +107,10 @@ class RagPic:
                 raise ChunkError("an empty (or whitespace-only) chunk cannot be compiled: drop it before ingest")
         unique = [t for t in unique if self.cacheable(t)]
         keys = [self.chunk_key(t, method) for t in unique]
-        present = self.store.contains_many(keys)
+        present = self.store.contains_many(keys, texts=unique)  # also re-catalogues stored, uncatalogued chunks
         todo = [(k, t) for k, t, hit in zip(keys, unique, present) if not hit]
         try:
-            self._compile_and_store(todo, parse_method(method or self.config.method), progress=progress)
+            self._compile_and_store(todo, parse_method(method or self.config.method), progress=progress, strict=True)
         except ChunkError as e:  # name the chunk by its place in the caller's list
             if e.index is None or not isinstance(texts, list):
                 raise
@@ -116,7 +123,7 @@ class RagPic:
         return self.count_tokens(text) >= self.config.min_chunk_tokens
 
     def _compile_and_store(self, todo: list[tuple[str, str]], method: Method, *,
-                           progress: bool = False) -> dict[str, ChunkKV]:
+                           progress: bool = False, strict: bool = False) -> dict[str, ChunkKV]:
         if not todo:
             return {}
         from tqdm.auto import tqdm
@@ -135,7 +142,7 @@ class RagPic:
                     i = e.index or 0
                     raise ChunkError(f"{e} [text starts {part[i][1][:60]!r}]", lo + i) from e
                 batch = {k: (kv.to("cpu"), t) for (k, t), kv in zip(part, kvs)}
-                self.store.put_many(batch)
+                self.store.put_many(batch, strict=strict)  # strict (compile): a failed write raises StoreError
                 out.update({k: kv for (k, _), kv in zip(part, kvs)})
         finally:
             bar.close()
@@ -150,28 +157,20 @@ class RagPic:
         them (or when none is found) the store's catalog of chunk texts is searched.
         """
         method = parse_method(method or self.config.method)
-        hints = check_texts("hints", hints) if hints is not None else None
-        matches = find_chunks(text, hints) if hints else []
-        if not matches:
-            matches = find_chunks(text, self.store.texts().values())
-        matches = [m for m in matches if self.cacheable(m.text)]
-        stats = MatchStats(matched=len(matches), hinted=len(hints or ()))
+        matches, stats = match_chunks(text, hints, lambda: self.store.texts().values(), self.cacheable)
         if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
         if method.kind == "full":  # the same token sequence the linked methods see, all computed
             return [text_segment(self.lm.tokenizer, p) for p, _ in split_prompt(text, matches)], stats
         keys = {m.text: self.chunk_key(m.text, method) for m in matches}
-        kvs = self.store.get_many(list(dict.fromkeys(keys.values())))
+        kvs = self.store.get_many(list(dict.fromkeys(keys.values())), expect=expected_for(self.lm))
         stats.loaded = len(kvs)
+        from_store = set(kvs)
         missing = [(k, t) for t, k in keys.items() if k not in kvs]
         if missing and self.config.compile_on_miss:
             kvs.update(self._compile_and_store(missing, method))
             stats.compiled = len(missing)
-        segs: list[Segment] = []
-        for piece, is_chunk in split_prompt(text, matches):
-            kv = kvs.get(keys[piece]) if is_chunk else None
-            segs.append(chunk_segment(kv, piece) if kv is not None else text_segment(self.lm.tokenizer, piece))
-        return segs, stats
+        return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
 
     # ----- generate -------------------------------------------------------------------
     def sampling(self, **overrides) -> Sampling:
@@ -185,7 +184,8 @@ class RagPic:
         return Sampling(**base)  # validates each value (a single stop str is one stop string)
 
     def stream(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
-               method: str | Method | None = None, chat: bool = True, **sampling) -> GenerationStream:
+               method: str | Method | None = None, chat: bool = True, timeout: float | None = None,
+               **sampling) -> GenerationStream:
         """Link the prompt and stream the answer.
 
         Args:
@@ -193,11 +193,15 @@ class RagPic:
                 ``{"role", "content"}`` messages, or raw text when ``chat=False``.
             hints: chunk texts expected in the prompt.
             method: overrides ``config.method`` for this call.
+            timeout: seconds the whole call may take; past it the stream raises
+                :class:`GenerationTimeout` (checked after the link and after each token).
             sampling: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``.
         """
         t0 = time.perf_counter()
         method = parse_method(method or self.config.method)
         params = self.sampling(**sampling)
+        if timeout is not None:
+            check_number("timeout", timeout, "a number of seconds > 0", lambda v: v > 0)
         if isinstance(prompt, str):
             check_text("prompt", prompt)
             text = self.format_prompt(prompt) if chat else prompt
@@ -208,8 +212,10 @@ class RagPic:
             res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens, pool=self._pool)
         result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
                             recomputed_tokens=res.recomputed, chunks_matched=stats.matched,
-                            chunks_loaded=stats.loaded, chunks_compiled=stats.compiled)
-        tokens = self._timed(res, params, t0, result)
+                            chunks_loaded=stats.loaded, chunks_compiled=stats.compiled,
+                            cached_tokens=stats.cached_tokens, compiled_tokens=stats.compiled_tokens,
+                            hints=stats.hinted, hints_found=stats.hints_found, model=self.lm.name)
+        tokens = self._timed(res, params, t0, result, None if timeout is None else t0 + timeout)
         return GenerationStream(stream_text(self.lm.tokenizer, tokens, params), result)
 
     def generate(self, prompt: str | Messages, **kwargs) -> Generation:
@@ -219,11 +225,16 @@ class RagPic:
             pass
         return s.result
 
-    def _timed(self, res: LinkResult, params: Sampling, t0: float, result: Generation) -> Iterator[int]:
+    def _timed(self, res: LinkResult, params: Sampling, t0: float, result: Generation,
+               deadline: float | None = None) -> Iterator[int]:
         first = True
         tokens = decode_tokens(self.lm, res.cache, res.logits, res.num_tokens, params)
         try:
             while True:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise GenerationTimeout(
+                        f"the call ran past its timeout of {deadline - t0:g} s after {len(result.token_ids)} "
+                        f"of up to {params.max_new_tokens} tokens: raise timeout or lower max_new_tokens")
                 with self._step:
                     tok = next(tokens, None)
                 if tok is None:
@@ -249,17 +260,3 @@ def check_engine(engine: object, owner: str) -> RagPic:
         f"{owner} needs engine=: a ragpic.RagPic (got {got}). Pass engine=RagPic() for the embedded "
         f"SmolLM2, or RagPic(Config(model=...)) for yours; share one engine between your LLM objects."
     )
-
-
-def check_messages(messages: object) -> list[dict]:
-    """Chat messages as a list of ``{"role": str, "content": str}`` dicts, or a ConfigError
-    naming ``prompt`` (``None``, a number or a malformed message would fail deep inside the
-    chat template otherwise)."""
-    if isinstance(messages, dict) or not isinstance(messages, Sequence) or not messages:
-        raise ConfigError(f"prompt must be a str or a non-empty list of {{'role', 'content'}} messages, "
-                          f"got {type(messages).__name__} {messages!r:.40}")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
-            raise ConfigError(f"prompt[{i}] must be a {{'role': str, 'content': str}} dict, got {m!r:.60}")
-        check_text(f"prompt[{i}]['content']", m["content"])
-    return list(messages)

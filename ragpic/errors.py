@@ -11,6 +11,7 @@ code written against the builtins keeps working. This module imports nothing.
     ├── ChunkError            a chunk cannot be compiled (``index`` says which)
     ├── LinkError             the prompt cannot be linked as asked
     │   └── ContextOverflowError  prompt + answer exceed the context window
+    ├── GenerationTimeout     a call ran past its ``timeout`` (also a ``TimeoutError``)
     └── StoreError            the KV store cannot do what was asked (e.g. a write failed)
         ├── CorruptEntry      a stored entry fails its checks (deleted and recompiled)
         └── ForeignEntry      a stored entry belongs to another model or recipe
@@ -24,6 +25,7 @@ __all__ = [
     "ContextOverflowError",
     "CorruptEntry",
     "ForeignEntry",
+    "GenerationTimeout",
     "LinkError",
     "RagPicError",
     "StoreError",
@@ -69,3 +71,7 @@ class CorruptEntry(StoreError, ValueError):
 
 class ForeignEntry(StoreError, ValueError):
     """A well-formed entry that belongs to another model fingerprint, recipe or key."""
+
+
+class GenerationTimeout(RagPicError, TimeoutError):
+    """A call ran past its ``timeout`` (seconds); text already streamed stays with the caller."""

@@ -18,13 +18,19 @@ class MatchStats:
         matched: chunk occurrences found in the prompt (a repeated chunk counts twice).
         loaded: distinct chunks whose KV came from the store.
         compiled: distinct chunks compiled on the fly (not stored yet).
-        hinted: retrieval hints given for the call (0: the store's catalog was searched).
+        hinted: distinct retrieval hints given for the call (0: the store's catalog was searched).
+        hints_found: how many of them were found in the prompt text (fewer: a warning is logged).
+        cached_tokens: prompt tokens inside chunks whose KV came from the store.
+        compiled_tokens: prompt tokens inside chunks compiled during this call.
     """
 
     matched: int = 0
     loaded: int = 0
     compiled: int = 0
     hinted: int = 0
+    hints_found: int = 0
+    cached_tokens: int = 0
+    compiled_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -34,7 +40,10 @@ class Generation:
     ``ttft_s`` runs from the call to the first generated token: segmenting, loading KV,
     compiling misses, linking and picking the token. ``link_s`` is the link forward alone.
     ``recomputed_tokens`` of ``prompt_tokens`` went through the model at link; the rest
-    came from compiled KV.
+    came from compiled KV. ``cached_tokens`` of the prompt sit in chunks whose KV came from
+    the store (what OpenAI-style usage calls cached tokens; LegoLink still recomputes the first
+    k of each), ``compiled_tokens`` in chunks compiled on the fly for this call. ``hints`` /
+    ``hints_found``: retrieval hints given / found in the prompt text.
     """
 
     text: str = ""
@@ -48,6 +57,22 @@ class Generation:
     chunks_matched: int = 0
     chunks_loaded: int = 0
     chunks_compiled: int = 0
+    cached_tokens: int = 0
+    compiled_tokens: int = 0
+    hints: int = 0
+    hints_found: int = 0
+    model: str = ""
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def usage(self) -> dict:
+        """OpenAI-style usage: ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` and
+        ``prompt_tokens_details.cached_tokens``."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
 
 class GenerationStream:

@@ -10,7 +10,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
-from ragpic.llm.langchain.base import ROLES, CallDone, RagPicBase
+from ragpic.errors import ConfigError
+from ragpic.llm.langchain.base import _CONFIG, ROLES, CallDone, RagPicBase, usage_metadata
 from ragpic.retriever_hooks.langchain import messages_key
 
 __all__ = ["ChatRagPic"]
@@ -25,7 +26,11 @@ class ChatRagPic(RagPicBase, BaseChatModel):
 
     Messages go through the model's chat template (roles: system, user, assistant, tool);
     ``config.system_prompt`` is put first when the messages bring no system message.
+    ``usage_metadata`` counts the prompt tokens whose KV came from the store as
+    ``input_token_details.cache_read``; ``response_metadata`` has the link statistics.
     """
+
+    model_config = _CONFIG
 
     @property
     def _llm_type(self) -> str:
@@ -39,12 +44,17 @@ class ChatRagPic(RagPicBase, BaseChatModel):
             out.insert(0, {"role": "system", "content": system})
         return out
 
+    def get_num_tokens_from_messages(self, messages: list[BaseMessage], tools: Sequence | None = None) -> int:
+        """Tokens of ``messages`` in the model's chat template, as this model would see them
+        (``trim_messages(token_counter=chat)`` then counts real tokens). Tools are not supported."""
+        if tools:
+            raise ConfigError("ChatRagPic does not call tools: count messages without tools=")
+        return self.engine.count_chat_tokens(self._messages(messages))
+
     @staticmethod
     def _meta(done: CallDone) -> dict[str, Any]:
-        gen, info = done.gen, done.info()
-        usage = {"input_tokens": gen.prompt_tokens, "output_tokens": len(gen.token_ids),
-                 "total_tokens": gen.prompt_tokens + len(gen.token_ids)}
-        return {"response_metadata": {**info, "model_name": "ragpic"}, "usage_metadata": usage}
+        return {"response_metadata": {**done.info(), "model_provider": "ragpic"},
+                "usage_metadata": usage_metadata(done.gen)}
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:

@@ -9,7 +9,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models.llms import LLM
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 
-from ragpic.llm.langchain.base import CallDone, RagPicBase
+from ragpic.llm.langchain.base import _CONFIG, CallDone, RagPicBase
 from ragpic.retriever_hooks.langchain import prompt_key
 
 __all__ = ["RagPicLLM"]
@@ -21,36 +21,59 @@ class RagPicLLM(RagPicBase, LLM):
     The prompt string is wrapped as one user turn of the model's chat template (set
     ``chat_template=False`` to feed it raw). Sampling fields default to the engine's config;
     any of them, and ``method``, can also be passed per call (``llm.invoke(p, method="full")``).
+    ``generation_info`` carries each answer's link statistics and ``llm_output["token_usage"]``
+    OpenAI-style counts, with ``prompt_tokens_details.cached_tokens``.
     """
 
     chat_template: bool = True
     """Wrap the prompt in the model's chat template (as a user message)."""
 
+    model_config = _CONFIG
+
     @property
     def _llm_type(self) -> str:
         return "ragpic"
+
+    @property
+    def _ls_model_type(self) -> str:
+        return "llm"
 
     def _call(self, prompt: str, stop: list[str] | None = None,
               run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> str:
         return self._run(prompt, prompt_key(prompt), stop, kwargs, self.chat_template).text
 
+    def _one(self, prompt: str, stop: list[str] | None, run_manager: CallbackManagerForLLMRun | None,
+             kwargs: dict[str, Any]) -> CallDone:
+        """One prompt's answer; with ``streaming`` each piece also goes to ``on_llm_new_token``."""
+        if not self.streaming:
+            return self._run(prompt, prompt_key(prompt), stop, kwargs, self.chat_template)
+        done = None
+        for text, done in self._deltas(prompt, prompt_key(prompt), stop, kwargs, self.chat_template):
+            if run_manager is not None and text:
+                run_manager.on_llm_new_token(text, chunk=self._chunk(text, None))
+        return done
+
+    def _result(self, dones: list[CallDone]) -> LLMResult:
+        usage = [d.gen.usage() for d in dones]
+        total = {k: sum(u[k] for u in usage) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+        total["prompt_tokens_details"] = {"cached_tokens": sum(d.gen.cached_tokens for d in dones)}
+        return LLMResult(generations=[[Generation(text=d.text, generation_info=d.info())] for d in dones],
+                         llm_output={"token_usage": total, "model_name": self.model_name})
+
     def _generate(self, prompts: list[str], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> LLMResult:
-        gens = []
-        for p in prompts:
-            g = self._run(p, prompt_key(p), stop, kwargs, self.chat_template)
-            gens.append([Generation(text=g.text, generation_info=g.info())])
-        return LLMResult(generations=gens)
+        return self._result([self._one(p, stop, run_manager, kwargs) for p in prompts])
 
     async def _agenerate(self, prompts: list[str], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> LLMResult:
-        gens = []
+        dones = []
         for p in prompts:
-            g = None
-            async for _, g in self._adeltas(p, prompt_key(p), stop, kwargs, self.chat_template):
-                pass
-            gens.append([Generation(text=g.text, generation_info=g.info())])
-        return LLMResult(generations=gens)
+            done = None
+            async for text, done in self._adeltas(p, prompt_key(p), stop, kwargs, self.chat_template):
+                if self.streaming and run_manager is not None and text:
+                    await run_manager.on_llm_new_token(text, chunk=self._chunk(text, None))
+            dones.append(done)
+        return self._result(dones)
 
     @staticmethod
     def _chunk(text: str, done: CallDone | None) -> GenerationChunk:

@@ -18,9 +18,7 @@ generation's statistics (``ttft_s``, ``chunks_loaded``, ...) are in each respons
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import (
@@ -39,35 +37,40 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 
 from ragpic.engine import check_engine
-from ragpic.errors import ContextOverflowError
+from ragpic.errors import ConfigError, ContextOverflowError
+from ragpic.llm.llamaindex.responses import athreaded, chat_response, completion_response, stream_responses
 from ragpic.retriever_hooks.llamaindex import hints_for, install_retrieval_hints
 
 if TYPE_CHECKING:
     from ragpic.engine import Generation, GenerationStream, RagPic
 
-log = logging.getLogger("ragpic.llamaindex")
-
 __all__ = ["RagPicLLM"]
 
-_END = object()
+_CALL_KEYS = ("max_new_tokens", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "method",
+              "hints", "timeout", "model")
 
 
-def _stats(g: "Generation", hints: Sequence[str] | None) -> dict[str, Any]:
-    d = dataclasses.asdict(g)
-    d.pop("text", None)
-    d.pop("token_ids", None)
-    d["hints"] = len(hints or ())  # retrieved node texts passed to the engine
-    return d
+def _one_of(owner: str, **aliases: int | None) -> int | None:
+    """The value given under any of several names (all given ones must agree)."""
+    given = {k: v for k, v in aliases.items() if v is not None}
+    if len(set(given.values())) > 1:
+        raise ConfigError(f"{owner} got {given}: these all set the tokens to generate; pass one of them")
+    return next(iter(given.values()), None)
 
 
 class RagPicLLM(CustomLLM):
     """A LlamaIndex chat LLM that links cached chunk KV instead of prefilling it.
 
     Args:
-        engine: the :class:`ragpic.RagPic` to generate with (model + KV store).
-        max_new_tokens: tokens to generate per call (default: the engine's config).
+        engine: the :class:`ragpic.RagPic` to generate with (model + KV store); required.
+        max_new_tokens: tokens to generate per call (``max_tokens=`` and LlamaIndex's
+            ``num_output=`` mean the same); default: the engine's config.
         temperature, top_p: sampling (default: the engine's config; 0 = greedy).
         method: link method override (default: the engine's ``config.method``).
+        context_window: the window LlamaIndex plans prompts for (default and maximum: the
+            model's); a smaller one makes query engines pack less per prompt.
+        model, model_name: must name the engine's model if given (one engine, one model).
+        timeout: seconds a call may take (``ragpic.errors.GenerationTimeout`` past it).
         use_hints: pass retrieved node texts to the engine (see
             :mod:`ragpic.retriever_hooks.llamaindex`); the prompt is searched for stored chunks
             either way. Creating an LLM adds ragpic's hint handler to LlamaIndex's root
@@ -76,7 +79,8 @@ class RagPicLLM(CustomLLM):
             :meth:`complete`).
 
     Per-call keyword overrides: ``max_new_tokens`` (or ``max_tokens``), ``temperature``,
-    ``top_p``, ``top_k``, ``stop``, ``seed``, ``method``, ``hints``.
+    ``top_p``, ``top_k``, ``stop``, ``seed``, ``method``, ``hints``, ``timeout``. Responses carry
+    ragpic's statistics in ``additional_kwargs`` and OpenAI-style usage in ``raw["usage"]``.
     """
 
     max_new_tokens: int = Field(default=256, gt=0, description="Tokens to generate per call.")
@@ -85,23 +89,37 @@ class RagPicLLM(CustomLLM):
     method: str | None = Field(default=None, description="Link method; the engine's when None.")
     use_hints: bool = Field(default=True, description="Pass retrieved node texts to the engine.")
     model_name: str = Field(default="", description="The model's name.")
+    context_window: int = Field(default=0, ge=0, description="Window query engines plan for (0: the model's).")
+    timeout: float | None = Field(default=None, gt=0, description="Seconds a call may take.")
 
     _engine: Any = PrivateAttr()
     _last: Any = PrivateAttr(default=None)
     _last_hints: Any = PrivateAttr(default=None)
 
     def __init__(self, engine: "RagPic | None" = None, *, max_new_tokens: int | None = None,
-                 temperature: float | None = None, top_p: float | None = None, method: str | None = None,
-                 **kwargs: Any):
-        engine = check_engine(engine, type(self).__name__)
+                 max_tokens: int | None = None, num_output: int | None = None, temperature: float | None = None,
+                 top_p: float | None = None, method: str | None = None, context_window: int | None = None,
+                 model: str | None = None, model_name: str | None = None, **kwargs: Any):
+        owner = type(self).__name__
+        engine = check_engine(engine, owner)
+        unknown = sorted(set(kwargs) - set(type(self).model_fields))
+        if unknown:
+            raise ConfigError(f"{owner} got unknown argument(s) {unknown}")
+        name = model or model_name
+        if name is not None and name != engine.lm.name:
+            raise ConfigError(f"{owner} got model={name!r} but its engine runs {engine.lm.name!r}: omit it, or "
+                              f"pass an engine that loads it: RagPic(Config(model={name!r}))")
+        if context_window is not None and not 0 < context_window <= engine.context_window:
+            raise ConfigError(f"{owner} got context_window={context_window}: the model's window is "
+                              f"{engine.context_window}; pass at most that (or omit it)")
         cfg = engine.config
+        new = _one_of(owner, max_new_tokens=max_new_tokens, max_tokens=max_tokens, num_output=num_output)
         super().__init__(
-            max_new_tokens=max_new_tokens if max_new_tokens is not None else cfg.max_new_tokens,
+            max_new_tokens=new if new is not None else cfg.max_new_tokens,
             temperature=temperature if temperature is not None else cfg.temperature,
             top_p=top_p if top_p is not None else cfg.top_p,
-            method=method,
-            model_name=kwargs.pop("model_name", None) or str(engine.lm.name),
-            **kwargs,
+            method=method, model_name=engine.lm.name,
+            context_window=context_window or engine.context_window, **kwargs,
         )
         self._engine = engine
         install_retrieval_hints()
@@ -117,17 +135,12 @@ class RagPicLLM(CustomLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
-        return LLMMetadata(
-            context_window=self._engine.context_window,
-            num_output=self.max_new_tokens,
-            is_chat_model=True,
-            is_function_calling_model=False,
-            model_name=self.model_name,
-        )
+        return LLMMetadata(context_window=self.context_window, num_output=self.max_new_tokens, is_chat_model=True,
+                           is_function_calling_model=False, model_name=self.model_name)
 
     @property
     def last_generation(self) -> "Generation | None":
-        """The :class:`ragpic.engine.Generation` of the latest call (filled as it streams)."""
+        """The :class:`ragpic.generation.Generation` of the latest call (filled as it streams)."""
         return self._last
 
     @property
@@ -136,47 +149,51 @@ class RagPicLLM(CustomLLM):
         return tuple(self._last_hints or ())
 
     def token_ids(self, text: str) -> list[int]:
-        """The model's token ids of ``text`` (no special tokens): LlamaIndex's ``tokenizer``."""
+        """The model's token ids of ``text`` (no special tokens)."""
         return self._engine.lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    @property
+    def tokenizer(self):
+        """LlamaIndex's tokenizer hook (text -> ids) for this model: give it to
+        ``TokenCountingHandler(tokenizer=llm.tokenizer)``, ``PromptHelper`` or ``Settings.tokenizer``."""
+        return self.token_ids
 
     # ----- the one code path ------------------------------------------------------------
     def _messages(self, messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-        out = []
-        for m in messages:
-            role = m.role.value if isinstance(m.role, MessageRole) else str(m.role)
-            out.append({"role": role, "content": m.content or ""})
-        return out
+        return [{"role": m.role.value if isinstance(m.role, MessageRole) else str(m.role), "content": m.content or ""}
+                for m in messages]
 
     def _prompt_messages(self, prompt: str) -> list[dict[str, str]]:
         system = self.system_prompt or self._engine.config.system_prompt
         return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 
+    def _settings(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The engine's keyword arguments for one call (this LLM's settings, overridden per call)."""
+        unknown = sorted(set(kwargs) - set(_CALL_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown argument(s) {unknown} for RagPicLLM: use {', '.join(_CALL_KEYS)}")
+        if kwargs.get("model") not in (None, self.model_name):
+            raise ConfigError(f"model={kwargs['model']!r}, but this LLM's engine runs {self.model_name!r}")
+        new = _one_of("RagPicLLM", max_new_tokens=kwargs.get("max_new_tokens"), max_tokens=kwargs.get("max_tokens"))
+        return {"method": kwargs.get("method") or self.method, "max_new_tokens": new or self.max_new_tokens,
+                "temperature": kwargs.get("temperature", self.temperature), "top_p": kwargs.get("top_p", self.top_p),
+                "top_k": kwargs.get("top_k"), "stop": kwargs.get("stop"), "seed": kwargs.get("seed"),
+                "timeout": kwargs.get("timeout", self.timeout)}
+
     def _start(self, messages: list[dict[str, str]], kwargs: dict[str, Any],
                hints: Any) -> tuple["GenerationStream", tuple[str, ...]]:
         """Format, check the fit, link (the prompt's work happens here); return the stream and
         the hints used. ``hints`` is a tuple or :func:`hints_for` (resolved against the prompt)."""
-        engine = self._engine
-        max_new = kwargs.get("max_new_tokens") or kwargs.get("max_tokens") or self.max_new_tokens
+        engine, settings = self._engine, self._settings(kwargs)
         text = engine.format_chat(messages)
-        if callable(hints):
-            hints = hints(text)
-        hints = tuple(hints or ())
-        n = engine.count_tokens(text)
-        if n + max_new > engine.context_window:
+        hints = tuple((hints(text) if callable(hints) else hints) or ())
+        n, max_new = engine.count_tokens(text), settings["max_new_tokens"]
+        if n + max_new > self.context_window:
             raise ContextOverflowError(
-                f"the prompt has {n} tokens and {max_new} are to be generated, but the model's context "
-                f"window is {engine.context_window}: retrieve fewer or smaller nodes (make_query_engine "
-                f"drops the lowest-scored nodes that do not fit) or lower max_new_tokens")
-        stream = engine.stream(
-            text, chat=False, hints=list(hints) if hints else None,
-            method=kwargs.get("method") or self.method,
-            max_new_tokens=max_new,
-            temperature=kwargs.get("temperature", self.temperature),
-            top_p=kwargs.get("top_p", self.top_p),
-            top_k=kwargs.get("top_k"),
-            stop=kwargs.get("stop"),
-            seed=kwargs.get("seed"),
-        )
+                f"the prompt has {n} tokens and {max_new} are to be generated, but the context window is "
+                f"{self.context_window}: retrieve fewer or smaller nodes (make_query_engine drops the "
+                f"lowest-scored nodes that do not fit) or lower max_new_tokens")
+        stream = engine.stream(text, chat=False, hints=list(hints) if hints else None, **settings)
         self._last, self._last_hints = stream.result, hints
         return stream, hints
 
@@ -186,28 +203,19 @@ class RagPicLLM(CustomLLM):
             return tuple(kwargs.pop("hints") or ())
         return hints_for if self.use_hints else None
 
-    def _run(self, messages: list[dict[str, str]], kwargs: dict[str, Any],
-             hints) -> tuple["Generation", tuple[str, ...]]:
-        stream, hints = self._start(messages, kwargs, hints)
+    def _run(self, messages: list[dict[str, str]], kwargs: dict[str, Any], hints) -> "Generation":
+        stream, _ = self._start(messages, kwargs, hints)
         for _ in stream:
             pass
-        return stream.result, hints
+        return stream.result
 
     # ----- completion -------------------------------------------------------------------
     def _complete(self, prompt: str, kwargs: dict[str, Any], hints) -> CompletionResponse:
-        g, hints = self._run(self._prompt_messages(prompt), kwargs, hints)
-        return CompletionResponse(text=g.text, additional_kwargs=_stats(g, hints))
+        return completion_response(self._run(self._prompt_messages(prompt), kwargs, hints))
 
     def _stream_complete(self, prompt: str, kwargs: dict[str, Any], hints) -> CompletionResponseGen:
-        stream, hints = self._start(self._prompt_messages(prompt), kwargs, hints)
-
-        def gen() -> CompletionResponseGen:
-            text = ""
-            for delta in stream:
-                text += delta
-                yield CompletionResponse(text=text, delta=delta, additional_kwargs=_stats(stream.result, hints))
-
-        return gen()
+        stream, _ = self._start(self._prompt_messages(prompt), kwargs, hints)
+        return stream_responses(stream, completion_response)
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
@@ -220,21 +228,11 @@ class RagPicLLM(CustomLLM):
 
     # ----- chat -------------------------------------------------------------------------
     def _chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any], hints) -> ChatResponse:
-        g, hints = self._run(self._messages(messages), kwargs, hints)
-        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=g.text),
-                            additional_kwargs=_stats(g, hints))
+        return chat_response(self._run(self._messages(messages), kwargs, hints))
 
     def _stream_chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any], hints) -> ChatResponseGen:
-        stream, hints = self._start(self._messages(messages), kwargs, hints)
-
-        def gen() -> ChatResponseGen:
-            text = ""
-            for delta in stream:
-                text += delta
-                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=delta,
-                                   additional_kwargs=_stats(stream.result, hints))
-
-        return gen()
+        stream, _ = self._start(self._messages(messages), kwargs, hints)
+        return stream_responses(stream, chat_response)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -253,7 +251,7 @@ class RagPicLLM(CustomLLM):
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
         sync_gen = await asyncio.to_thread(self._stream_complete, prompt, kwargs, self._hints(kwargs))
-        return _athreaded(sync_gen)
+        return athreaded(sync_gen)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -262,18 +260,4 @@ class RagPicLLM(CustomLLM):
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         sync_gen = await asyncio.to_thread(self._stream_chat, messages, kwargs, self._hints(kwargs))
-        return _athreaded(sync_gen)
-
-
-async def _athreaded(sync_gen) -> AsyncIterator[Any]:
-    """Drive a blocking generator from worker threads, one item per hop (each decode step
-    runs off the event loop; abandoning the iterator stops generation)."""
-    loop = asyncio.get_running_loop()
-    try:
-        while True:
-            item = await loop.run_in_executor(None, next, sync_gen, _END)
-            if item is _END:
-                return
-            yield item
-    finally:
-        sync_gen.close()
+        return athreaded(sync_gen)

@@ -11,7 +11,7 @@ from llama_index.core.prompts.prompt_utils import get_biggest_prompt
 from llama_index.core.response_synthesizers import CompactAndRefine
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from ragpic.errors import ContextOverflowError
+from ragpic.errors import ConfigError, ContextOverflowError
 from ragpic.retriever_hooks.llamaindex import node_text
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ragpic.llamaindex")
 
-__all__ = ["ContextOverflowError", "RagPicSynthesizer", "make_query_engine"]
+__all__ = ["ContextOverflowError", "RagPicSynthesizer", "WholeNodePromptHelper", "make_query_engine"]
 
 
 class RagPicSynthesizer(CompactAndRefine):
@@ -39,7 +39,8 @@ class RagPicSynthesizer(CompactAndRefine):
                  **kwargs: Any) -> None:
         if on_overflow not in ("drop", "error"):
             raise ValueError(f"on_overflow must be 'drop' or 'error', got {on_overflow!r}")
-        prompt_helper = prompt_helper or PromptHelper.from_llm_metadata(llm.metadata, tokenizer=llm.token_ids)
+        prompt_helper = prompt_helper or WholeNodePromptHelper.from_llm_metadata(llm.metadata,
+                                                                                 tokenizer=llm.token_ids)
         super().__init__(llm=llm, prompt_helper=prompt_helper, **kwargs)
         self._on_overflow = on_overflow
         self._count: Callable[[str], list] = llm.token_ids
@@ -104,17 +105,70 @@ class RagPicSynthesizer(CompactAndRefine):
                                          additional_source_nodes, **kwargs)
 
 
-_SYNTH_KWARGS = ("text_qa_template", "refine_template", "verbose", "output_cls", "streaming")
+_SYNTH_KWARGS = ("text_qa_template", "refine_template", "summary_template", "verbose", "output_cls", "streaming",
+                 "use_async")
+# Modes whose every LLM prompt is built from retrieved node texts; each keeps them whole here.
+WHOLE_NODE_MODES = ("compact", "refine", "tree_summarize", "accumulate", "compact_accumulate")
+_REFUSED = {
+    "simple_summarize": "it truncates node text to fit one prompt (and llama-index-core 0.14 puts the nodes' "
+                        "list repr in the prompt): use 'compact', the same single prompt with whole nodes",
+    "generation": "it puts no retrieved text in the prompt, so there is nothing to link: call the LLM directly",
+    "no_text": "it never calls the LLM: use index.as_retriever() to get the nodes",
+    "context_only": "it never calls the LLM: use index.as_retriever() to get the nodes",
+}
 
 
-def make_query_engine(index: Any, llm: RagPicLLM, *, on_overflow: str = "drop", **kwargs: Any) -> Any:
-    """``index.as_query_engine(llm=llm, ...)`` with a :class:`RagPicSynthesizer`, so node texts
-    reach the prompt intact (every retrieved node can be linked from the store).
+class WholeNodePromptHelper(PromptHelper):
+    """A ``PromptHelper`` whose ``repack`` never cuts a text: texts are packed whole, in order,
+    joined by ``"\n\n"`` as LlamaIndex joins them, into as few prompts as fit (counted with
+    the model's tokenizer). So every LLM prompt of refine, tree_summarize or accumulate holds
+    whole node texts, each one a stored chunk. A text that alone does not fit raises."""
 
-    ``text_qa_template``, ``refine_template``, ``streaming``, ``verbose`` and ``output_cls`` go
-    to the synthesizer; everything else (``similarity_top_k``, ``node_postprocessors``, ...)
-    to ``as_query_engine``.
+    def repack(self, prompt, text_chunks: Sequence[str], padding: int = 5, llm=None, tools=None) -> list[str]:
+        # `padding` is a synthesizer's wish for answer room (refine asks 500 on its first pass);
+        # groups respect it, but a text that only fits with the minimal padding goes alone
+        # rather than being cut.
+        soft = self._get_available_chunk_size(prompt, 1, padding=padding, llm=llm, tools=tools)
+        hard = self._get_available_chunk_size(prompt, 1, padding=min(padding, 5), llm=llm, tools=tools)
+        count = self._token_counter.get_string_tokens
+        groups: list[list[str]] = []
+        for text in (c.strip() for c in text_chunks if c.strip()):
+            if count(text) > hard:
+                raise ContextOverflowError(
+                    f"a retrieved text of {count(text)} tokens does not fit the {hard} tokens a prompt has "
+                    f"for context: use smaller chunks, a lower max_new_tokens or a larger context_window")
+            if groups and count("\n\n".join([*groups[-1], text])) <= soft:
+                groups[-1].append(text)
+            else:
+                groups.append([text])
+        return ["\n\n".join(g) for g in groups]
+
+
+def make_query_engine(index: Any, llm: RagPicLLM, *, response_mode: str = "compact", on_overflow: str = "drop",
+                      **kwargs: Any) -> Any:
+    """``index.as_query_engine(llm=llm, ...)`` whose synthesizer keeps node texts whole, so every
+    retrieved node in a prompt can be linked from the store.
+
+    ``response_mode``: ``compact`` (default) puts the nodes in one prompt through a
+    :class:`RagPicSynthesizer` (whole nodes dropped, lowest score first, when they do not fit;
+    ``on_overflow="error"`` raises instead); ``refine``, ``tree_summarize``, ``accumulate`` and
+    ``compact_accumulate`` run LlamaIndex's own synthesizer with a :class:`WholeNodePromptHelper`.
+    Other modes are refused with the mode to use. ``text_qa_template``, ``refine_template``,
+    ``summary_template``, ``streaming``, ``verbose``, ``use_async`` and ``output_cls`` go to the
+    synthesizer; everything else (``similarity_top_k``, ``node_postprocessors``, ...) to
+    ``as_query_engine``.
     """
+    from llama_index.core.response_synthesizers import get_response_synthesizer
+
+    mode = str(getattr(response_mode, "value", response_mode))
+    if mode in _REFUSED:
+        raise ConfigError(f"make_query_engine cannot use response_mode={mode!r}: {_REFUSED[mode]}")
+    if mode not in WHOLE_NODE_MODES:
+        raise ConfigError(f"unknown response_mode {mode!r}: use one of {', '.join(WHOLE_NODE_MODES)}")
     synth_kw = {k: kwargs.pop(k) for k in _SYNTH_KWARGS if k in kwargs}
-    synth = RagPicSynthesizer(llm, on_overflow=on_overflow, **synth_kw)
+    if mode == "compact":
+        synth = RagPicSynthesizer(llm, on_overflow=on_overflow, **synth_kw)
+    else:
+        helper = WholeNodePromptHelper.from_llm_metadata(llm.metadata, tokenizer=llm.token_ids)
+        synth = get_response_synthesizer(llm=llm, response_mode=mode, prompt_helper=helper, **synth_kw)
     return index.as_query_engine(llm=llm, response_synthesizer=synth, **kwargs)

@@ -1,0 +1,77 @@
+"""Prompt text the engine builds and checks: chat templates, message validation, and the
+diagnosis of retrieval hints that are not in the prompt (a silent cache miss otherwise)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ragpic.checks import check_text
+from ragpic.errors import ConfigError
+
+__all__ = ["check_messages", "first_difference", "format_chat", "missing_hints_message", "partly_in"]
+
+
+def format_chat(tokenizer, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> str:
+    """Messages -> the model's chat-template text (ending with the assistant turn opener when
+    ``add_generation_prompt``); ``role: content`` lines for tokenizers without a template."""
+    if not getattr(tokenizer, "chat_template", None):
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        return text + ("assistant: " if add_generation_prompt else "")
+    return tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
+
+
+def check_messages(messages: object) -> list[dict]:
+    """Chat messages as a list of ``{"role": str, "content": str}`` dicts, or a ConfigError
+    naming ``prompt`` (``None``, a number or a malformed message would fail deep inside the
+    chat template otherwise)."""
+    if isinstance(messages, dict) or not isinstance(messages, Sequence) or not messages:
+        raise ConfigError(f"prompt must be a str or a non-empty list of {{'role', 'content'}} messages, "
+                          f"got {type(messages).__name__} {messages!r:.40}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
+            raise ConfigError(f"prompt[{i}] must be a {{'role': str, 'content': str}} dict, got {m!r:.60}")
+        check_text(f"prompt[{i}]['content']", m["content"])
+    return list(messages)
+
+
+def _longest(found, text: str) -> int:
+    """Largest ``n`` with ``found(n)`` true, for a ``found`` that is monotone (true up to some
+    ``n``, false after): binary search, ``O(log len(text))`` substring searches."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if found(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def first_difference(prompt: str, text: str) -> tuple[int, str, str]:
+    """Where ``text`` stops matching ``prompt``: ``(n, text_after, prompt_after)`` for the longest
+    prefix ``text[:n]`` found in the prompt, with up to 20 characters of each after it."""
+    n = _longest(lambda k: text[:k] in prompt, text)
+    at = prompt.find(text[:n]) + n if n else -1
+    return n, text[n:n + 20], prompt[at:at + 20] if at >= 0 else ""
+
+
+def partly_in(prompt: str, text: str, least: int = 16) -> bool:
+    """Whether ``text`` is not in ``prompt`` whole but its first or last ``least`` characters
+    are: it was changed on its way into the prompt (reflowed, re-split, metadata edited). A
+    text that is absent altogether (a refine step holds one node of several) is no miss."""
+    if text in prompt or len(text) < 2 * least:
+        return False
+    return text[:least] in prompt or text[-least:] in prompt
+
+
+def missing_hints_message(prompt: str, hints: Sequence[str], changed: Sequence[str]) -> str:
+    """One line: how many hints reached the prompt changed, and how the first one differs."""
+    first = changed[0]
+    n, hint_after, prompt_after = first_difference(prompt, first)
+    where = (f"its first {n} characters are in the prompt, then the hint has {hint_after!r} where the "
+             f"prompt has {prompt_after!r}" if n >= 16 else "its start differs, its end is in the prompt")
+    return (f"{len(changed)} of {len(hints)} retrieval hints are in the prompt only in part, so their stored KV "
+            f"cannot be linked (that text is computed instead). Hint {list(hints).index(first)} "
+            f"({first[:40]!r}...): {where}. Compile exactly the text your prompt contains (e.g. what "
+            f"format_docs puts there), and keep node text whole (see make_query_engine).")

@@ -1,0 +1,62 @@
+"""Prompt text -> the chunks in it (by exact text) -> ordered segments with their KV.
+
+The engine's half of the data path's first step: :mod:`ragpic.core.matching` finds strings,
+this module decides which strings to look for (hints, else the store's catalog), says when
+hints are missing from the prompt, and counts where each chunk's KV came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+
+from ragpic.checks import check_texts
+from ragpic.core.kv import ChunkKV
+from ragpic.core.matching import Match, find_chunks, split_prompt
+from ragpic.core.segments import Segment, chunk_segment, text_segment
+from ragpic.generation import MatchStats
+from ragpic.prompting import missing_hints_message, partly_in
+
+__all__ = ["build_segments", "match_chunks"]
+
+log = logging.getLogger("ragpic.engine")
+
+
+def match_chunks(text: str, hints: Sequence[str] | None, catalog: Callable[[], Iterable[str]],
+                 cacheable: Callable[[str], bool]) -> tuple[list[Match], MatchStats]:
+    """Chunks found in ``text``: the hints (retrieved texts) when any is there, else every
+    text of the store's ``catalog``. Texts that are not ``cacheable`` (too short) never match.
+
+    Hints that reached the prompt changed (in part only: reflowed, re-split, edited) are a
+    cache miss nobody would notice, so one warning says how many and where the first one
+    stops matching; ``stats.hints_found`` counts the hints found whole.
+    """
+    hints = [h for h in dict.fromkeys(check_texts("hints", hints or [])) if cacheable(h)]
+    matches = find_chunks(text, hints) if hints else []
+    found = {m.text for m in matches}
+    changed = [h for h in hints if h not in found and partly_in(text, h)]
+    if changed:
+        log.warning("%s", missing_hints_message(text, hints, changed))
+    if not matches:
+        matches = find_chunks(text, catalog())
+    matches = [m for m in matches if cacheable(m.text)]
+    return matches, MatchStats(matched=len(matches), hinted=len(hints), hints_found=len(found))
+
+
+def build_segments(tokenizer, text: str, matches: Sequence[Match], keys: dict[str, str],
+                   kvs: dict[str, ChunkKV], from_store: set[str], stats: MatchStats) -> list[Segment]:
+    """Pieces of ``text`` in order; a matched piece whose key has KV in ``kvs`` is a chunk
+    segment (its tokens counted in ``stats`` as from the store or compiled now), every other
+    piece is text tokenized on its own."""
+    segs: list[Segment] = []
+    for piece, is_chunk in split_prompt(text, matches):
+        kv = kvs.get(keys[piece]) if is_chunk else None
+        if kv is None:
+            segs.append(text_segment(tokenizer, piece))
+            continue
+        segs.append(chunk_segment(kv, piece))
+        if keys[piece] in from_store:
+            stats.cached_tokens += kv.num_tokens
+        else:
+            stats.compiled_tokens += kv.num_tokens
+    return segs
