@@ -1,0 +1,122 @@
+"""One decode step for several requests at once: a ``(B, 1)`` forward over their own caches.
+
+Continuous batching (``ragpic serve``) keeps every active request's :class:`LinkedCache`
+as link left it and, each step, feeds their next tokens through the model together. The
+linear layers then read each weight once for ``B`` tokens (decode is memory-bound, so that is
+most of the saving); attention runs per row over its own cache
+(:mod:`ragpic.core.ops.batched_attention`). :class:`BatchedCache` is the transformers
+``Cache`` the forward writes through: row ``b``'s new K/V go to row ``positions[b]`` of
+request ``b``'s cache, and attention reads rows ``[0, positions[b]]`` of that cache.
+
+Only models running ragpic's attention (``ragpic_sdpa``) can consume the per-row plan;
+:func:`supports_batching` says so, and the caller steps other models one request at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from ragpic.core.forward import cache_kwarg
+from ragpic.core.model import LoadedModel
+from ragpic.core.ops.linked_cache import LinkedCache
+
+__all__ = ["BatchedCache", "batched_decode_step", "supports_batching"]
+
+
+class _BatchLayer(CacheLayerMixin):
+    """One layer of a :class:`BatchedCache`: writes each row into its request's slab."""
+
+    is_sliding = False
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, owner: "BatchedCache", index: int):
+        super().__init__()
+        self._owner, self._index = owner, index
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:  # the requests' slabs exist
+        return None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write ``(B, H_kv, 1, D)`` states row by row; return them unchanged (a placeholder:
+        batched attention reads each request's cache itself)."""
+        self._owner.write(self._index, key_states, value_states)
+        return key_states, value_states
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._owner.max_length, 0
+
+    def get_seq_length(self) -> int:
+        return self._owner.max_length
+
+    def get_max_length(self) -> int:
+        return self._owner.max_length
+
+
+class BatchedCache(Cache):
+    """The caches of ``B`` requests, each taking one new token at its own position.
+
+    Args:
+        caches: one :class:`LinkedCache` per batch row, each with a free row at its position.
+        positions: per row, the new token's position (= rows already filled).
+        sliding_window: the model's window; a row then sees keys ``(p - window, p]`` only.
+    """
+
+    def __init__(self, caches: Sequence[LinkedCache], positions: Sequence[int], sliding_window: int | None = None):
+        if len(caches) != len(positions) or not caches:
+            raise ValueError(f"caches ({len(caches)}) and positions ({len(positions)}) must be non-empty, one each")
+        for c, p in zip(caches, positions):
+            if p >= c.capacity:
+                raise ValueError(f"position {p} is past a linked cache of {c.capacity} rows")
+        self.caches, self.positions = list(caches), [int(p) for p in positions]
+        self.window = sliding_window
+        self.max_length = max(self.positions) + 1
+        super().__init__(layers=[_BatchLayer(self, i) for i in range(caches[0].key_slab.shape[0])])
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """``(B, H_kv, 1, D)`` new keys/values -> row ``positions[b]`` of cache ``b``."""
+        for b, (c, p) in enumerate(zip(self.caches, self.positions)):
+            c.key_slab[layer, 0, :, p] = keys[b, :, 0]
+            c.value_slab[layer, 0, :, p] = values[b, :, 0]
+
+    def rows(self, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per row, ``(1, H_kv, S_b, D)`` views of the keys/values its token sees."""
+        out = []
+        for c, p in zip(self.caches, self.positions):
+            start = max(0, p - self.window + 1) if self.window else 0
+            out.append((c.key_slab[layer][:, :, start:p + 1], c.value_slab[layer][:, :, start:p + 1]))
+        return out
+
+
+def supports_batching(lm: LoadedModel) -> bool:
+    """Whether ``lm`` runs ragpic's attention, the one that reads a batched step's per-row plan."""
+    return lm.banded_attention
+
+
+@torch.inference_mode()
+def batched_decode_step(lm: LoadedModel, caches: Sequence[LinkedCache], tokens: Sequence[int],
+                        positions: Sequence[int]) -> torch.Tensor:
+    """Feed ``tokens[b]`` at ``positions[b]`` into ``caches[b]`` for every row in one forward.
+
+    Returns ``(B, V)`` fp32 logits of the next token per row; each cache's ``length`` becomes
+    ``positions[b] + 1``. Raises ValueError for a model not on ragpic's attention
+    (:func:`supports_batching`): its attention would ignore the per-row plan.
+    """
+    if not supports_batching(lm):
+        raise ValueError("batched decode needs a model on ragpic's attention (load_model(..., banded_attention=True))")
+    batch = BatchedCache(caches, positions, lm.sliding_window)
+    dev = lm.device
+    ids = torch.tensor(list(tokens), dtype=torch.long).view(-1, 1).to(dev)
+    pos = torch.tensor(batch.positions, dtype=torch.long).view(-1, 1).to(dev)
+    # A 4D mask passes through transformers' mask builder untouched; batched attention needs none.
+    mask = torch.zeros((len(caches), 1, 1, 1), dtype=lm.dtype, device=dev)
+    model = lm.model
+    out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
+                ragpic_batch=batch, **{cache_kwarg(model): batch})
+    for c, p in zip(caches, batch.positions):
+        c.length = p + 1
+    return out.logits[:, -1].float()

@@ -1,0 +1,80 @@
+"""Continuous batching's decode step: a ``(B, 1)`` forward over B requests' own linked caches
+gives each request the same greedy tokens as decoding it alone (tiny random models)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragpic.core.batch import BatchedCache, batched_decode_step, supports_batching
+from ragpic.core.decode import Sampling, decode_tokens
+from ragpic.core.link import link
+from ragpic.core.segments import text_segment
+from tiny import tiny_lm
+
+PROMPTS = ["the quick brown fox jumps over the lazy dog. a needle hides",
+           "question: what is the best thing to do in san francisco? answer:",
+           "passages are compiled once and linked many times; positions move, the keys rotate with them. "
+           "the quick brown fox"]
+
+
+def alone(lm, text: str, n: int) -> list[int]:
+    res = link(lm, [text_segment(lm.tokenizer, text)], "full", extra_capacity=n)
+    return list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=n)))
+
+
+def batched(lm, texts: list[str], n: int, starts: list[int]) -> list[list[int]]:
+    """Greedy-decode every text, row ``b`` joining the batch at step ``starts[b]``."""
+    links = [link(lm, [text_segment(lm.tokenizer, t)], "full", extra_capacity=n) for t in texts]
+    out = [[int(r.logits.argmax())] for r in links]
+    pos = [r.num_tokens for r in links]
+    step = 0
+    while any(len(o) < n for o in out):
+        rows = [b for b in range(len(texts)) if starts[b] <= step and len(out[b]) < n]
+        if rows:
+            logits = batched_decode_step(lm, [links[b].cache for b in rows], [out[b][-1] for b in rows],
+                                         [pos[b] for b in rows])
+            for b, row in zip(rows, logits):
+                out[b].append(int(row.argmax()))
+                pos[b] += 1
+        step += 1
+    return out
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral", "gemma"])
+def test_batched_greedy_equals_alone(kind):
+    extra = {"sliding_window": 24} if kind == "mistral" else {}
+    lm = tiny_lm(kind, **extra)
+    assert supports_batching(lm)
+    n = 12
+    want = [alone(lm, t, n) for t in PROMPTS]
+    # eos may end an alone decode early: compare the prefix it produced
+    got = batched(lm, PROMPTS, n, starts=[0, 3, 5])
+    for w, g in zip(want, got):
+        assert g[:len(w)] == w
+
+
+def test_batched_logits_match_single_step():
+    lm = tiny_lm("llama")
+    links = [link(lm, [text_segment(lm.tokenizer, t)], "full", extra_capacity=2) for t in PROMPTS]
+    toks = [int(r.logits.argmax()) for r in links]
+    both = batched_decode_step(lm, [r.cache for r in links], toks, [r.num_tokens for r in links])
+    for i, r in enumerate(links):
+        again = link(lm, [text_segment(lm.tokenizer, PROMPTS[i])], "full", extra_capacity=2)
+        one = batched_decode_step(lm, [again.cache], [toks[i]], [again.num_tokens])
+        torch.testing.assert_close(both[i], one[0], atol=1e-4, rtol=1e-4)
+
+
+def test_batched_step_refuses_a_model_off_ragpic_attention():
+    lm = tiny_lm("llama", banded=False)
+    res = link(lm, [text_segment(lm.tokenizer, PROMPTS[0])], "full", extra_capacity=2)
+    assert not supports_batching(lm)
+    with pytest.raises(ValueError, match="ragpic's attention"):
+        batched_decode_step(lm, [res.cache], [1], [res.num_tokens])
+
+
+def test_batched_cache_checks_positions():
+    lm = tiny_lm("llama")
+    res = link(lm, [text_segment(lm.tokenizer, PROMPTS[0])], "full", extra_capacity=1)
+    with pytest.raises(ValueError, match="past a linked cache"):
+        BatchedCache([res.cache], [res.cache.capacity])
