@@ -51,8 +51,8 @@ class RagPic:
 
         self.config = config or Config()
         # Serialises model steps (a link, then each decoded token) across threads; held per
-        # step, never across a suspended stream, so an abandoned stream cannot block others
-        # and concurrent streams interleave token by token.
+        # step, never across a suspended stream or a store call, so an abandoned stream or a
+        # stalled store cannot block others and concurrent streams interleave token by token.
         self._step = threading.Lock()
         self._pool = SlabPool()  # linked-cache memory, reused from one request to the next
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype)
@@ -207,8 +207,10 @@ class RagPic:
             text = self.format_prompt(prompt) if chat else prompt
         else:
             text = self.format_chat(check_messages(prompt))
+        # Store lookups (and compiles on a miss) run outside the step lock: a slow or stalled
+        # store delays this request only, never the other streams' tokens.
+        segs, stats = self.segments(text, hints, method)
         with self._step:
-            segs, stats = self.segments(text, hints, method)
             res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens, pool=self._pool)
         result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
                             recomputed_tokens=res.recomputed, chunks_matched=stats.matched,
