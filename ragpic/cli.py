@@ -19,6 +19,7 @@ from ragpic.cli_args import Parser, UsageError
 from ragpic.cli_eval import add_bench_parser, add_eval_parser, build_needle_parser
 from ragpic.demo.args import add_demo_parser
 from ragpic.errors import RagPicError
+from ragpic.serve.cli import add_parser as add_serve_parser
 from ragpic.store_cli import add_parser as add_store_parser
 
 DESCRIPTION = """Position-independent KV caching (EPIC / LegoLink) for RAG on your own models.
@@ -29,6 +30,7 @@ Commands:
   eval needle   needle in a haystack (bundled Paul Graham essays)
   bench         link TTFT of every method vs context length
   store check   entries, bytes, corrupt and orphaned files of a KV store (--repair fixes them)
+  serve         an OpenAI-compatible server (continuous batching, context-cache API, shared Redis)
 
 `ragpic COMMAND --help` describes each. Everything runs offline on the embedded model."""
 
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_bench_parser(sub)
     add_store_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 

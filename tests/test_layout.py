@@ -37,6 +37,8 @@ ALLOWED = {
                                "ragpic.checks"),
     "ragpic.llm": ("ragpic.llm", "ragpic.engine", "ragpic.generation", "ragpic.retriever_hooks",
                    "ragpic.config", "ragpic.errors", "ragpic.checks"),
+    "ragpic.serve": ("ragpic.serve", "ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config",
+                     "ragpic.errors", "ragpic.generation", "ragpic.checks", "ragpic.cli_args"),
 }
 # Top-level ``ragpic/__init__.py`` re-exports the public names.
 ALLOWED_TOP = ("ragpic.config", "ragpic.engine", "ragpic.generation", "ragpic.errors")

@@ -256,6 +256,13 @@ class ChunkStore:
             self._call("write", self.backend.catalog_add, self.fingerprint, texts)  # type: ignore[union-attr]
         self._catalog.add(texts)
 
+    def delete_many(self, keys: Sequence[str]) -> list[str]:
+        """Delete these entries (hot tier, backend, catalog); return the keys that were stored.
+        (Added for ``ragpic serve``'s ``DELETE /v1/context_cache/{id}``.)"""
+        present = [k for k, hit in zip(keys, self.contains_many(list(keys))) if hit]
+        self._drop(present)
+        return present
+
     # -- bookkeeping -----------------------------------------------------------------------------
     def stats(self) -> StoreStats:
         """A snapshot of the counters."""

@@ -75,6 +75,7 @@ class BatchedCache(Cache):
         self.caches, self.positions = list(caches), [int(p) for p in positions]
         self.window = sliding_window
         self.max_length = max(self.positions) + 1
+        self.layers_read = 0  # rows() calls: one per layer when attention honoured the plan
         super().__init__(layers=[_BatchLayer(self, i) for i in range(caches[0].key_slab.shape[0])])
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -85,6 +86,7 @@ class BatchedCache(Cache):
 
     def rows(self, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per row, ``(1, H_kv, S_b, D)`` views of the keys/values its token sees."""
+        self.layers_read += 1
         out = []
         for c, p in zip(self.caches, self.positions):
             start = max(0, p - self.window + 1) if self.window else 0
@@ -117,6 +119,9 @@ def batched_decode_step(lm: LoadedModel, caches: Sequence[LinkedCache], tokens: 
     model = lm.model
     out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
                 ragpic_batch=batch, **{cache_kwarg(model): batch})
+    if batch.layers_read != lm.num_layers:  # attention ignored ragpic_batch: the logits are wrong
+        raise RuntimeError(f"batched decode: attention read the per-row caches in {batch.layers_read} of "
+                           f"{lm.num_layers} layers (ragpic_sdpa must delegate ragpic_batch to batched_sdpa)")
     for c, p in zip(caches, batch.positions):
         c.length = p + 1
     return out.logits[:, -1].float()

@@ -1,0 +1,85 @@
+"""``ragpic serve``: start the OpenAI-compatible server (wired into ``ragpic/cli.py``).
+
+Every argument is checked before the model loads (one-line errors, exit 2). Defaults: the
+embedded SmolLM2, ``legolink-16``, a folder store under ``ragpic.config.cache_dir()/serve/kv``,
+127.0.0.1:8000. ``--store redis://host:port/db`` shares compiled KV (and the chunk index)
+with every other replica on that Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``serve`` to the ``ragpic`` parser."""
+    from ragpic.cli_args import at_least, method_name
+
+    p = subparsers.add_parser("serve", help="OpenAI-compatible server with EPIC's context-cache API",
+                              description="Serve /v1/chat/completions, /v1/completions, /v1/models, "
+                                          "/v1/context_cache, /health and /metrics over one model.")
+    p.add_argument("--model", default=None, help="HF model folder (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model-id", default=None, help="name clients pass as model (default: the model's name)")
+    p.add_argument("--store", default=None, help="KV store: a folder or redis://host:port/db "
+                                                 "(default: <ragpic cache dir>/serve/kv)")
+    p.add_argument("--method", type=method_name, default="legolink-16", help="link method (default legolink-16)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=at_least(0), default=8000, help="port (default 8000)")
+    p.add_argument("--api-key", default=os.environ.get("RAGPIC_API_KEY"),
+                   help="require Authorization: Bearer KEY (default: $RAGPIC_API_KEY, else none)")
+    p.add_argument("--max-queue", type=at_least(0), default=64, help="requests waiting beyond the batch; "
+                                                                     "more get HTTP 429 (default 64)")
+    p.add_argument("--max-batch", type=at_least(1), default=8, help="requests decoded together (1: one at a time)")
+    p.add_argument("--max-prompt-tokens", type=at_least(1), default=None,
+                   help="longest prompt accepted (default: the model's context window)")
+    p.add_argument("--max-body-mb", type=at_least(1), default=4, help="largest request body (default 4 MiB)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda:0...")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run, check=check)
+    return p
+
+
+def check(args: argparse.Namespace) -> None:
+    """Check what can be checked without loading anything (raises UsageError)."""
+    from ragpic.cli_args import UsageError, check_model, need_module
+
+    check_model(args.model)
+    need_module("fastapi", "ragpic serve", "serve")
+    need_module("uvicorn", "ragpic serve", "serve")
+    if args.store and args.store.startswith("redis"):
+        need_module("redis", "--store redis://", "redis")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        logging.getLogger("ragpic.serve").warning("listening on %s without --api-key", args.host)
+    if args.port > 65535:
+        raise UsageError(f"--port {args.port}: must be at most 65535")
+
+
+def default_store() -> str:
+    from ragpic.config import cache_dir
+
+    return str(cache_dir() / "serve" / "kv")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the engine, then serve until interrupted."""
+    import uvicorn
+
+    from ragpic.config import Config
+    from ragpic.engine import RagPic
+    from ragpic.serve.app import ServeSettings, create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
+                           device=args.device))
+    settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_key=args.api_key,
+                             max_batch=args.max_batch, max_queue=args.max_queue,
+                             max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens)
+    app = create_app(engine, settings)
+    print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    engine.store.close()
+    return 0

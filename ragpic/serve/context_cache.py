@@ -1,0 +1,107 @@
+"""EPIC's explicit context-cache API: compile chunk texts now, name them by id later.
+
+- ``POST /v1/context_cache`` ``{"texts": [...], "method": optional}`` compiles and stores
+  every text (one store entry each) and answers ``{"data": [{"id", "tokens", "compiled"}]}``.
+  An id is the store key: a hash of (model, exact text, compile recipe, dtype), so the same
+  text gets the same id from every worker sharing the store.
+- ``GET /v1/context_cache/{id}``: the text and token count of a stored chunk, or 404.
+- ``DELETE /v1/context_cache/{id}``: drop it from the store (404 when absent).
+
+A completion request may then name ``cache_ids``: their texts become the request's hints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse
+
+from ragpic.serve.bodies import BadRequest
+
+__all__ = ["add_cache_routes", "texts_of"]
+
+MAX_TEXTS = 1024
+
+
+def texts_of(engine, ids: list[str]) -> dict[str, str]:
+    """``id -> text`` of the ids that are stored (blocking: the store may be remote)."""
+    present = {i for i, hit in zip(ids, engine.store.contains_many(ids)) if hit}
+    if not present:
+        return {}
+    index = getattr(engine, "text_index", None)
+    known = index.texts_of(sorted(present)) if index is not None else engine.store.texts()
+    return {i: known[i] for i in present if i in known}
+
+
+def _texts(body: object) -> tuple[list[str], str | None]:
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object with texts: [str, ...]")
+    texts = body.get("texts")
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise BadRequest("texts must be a non-empty list of chunk strings", param="texts")
+    if len(texts) > MAX_TEXTS:
+        raise BadRequest(f"at most {MAX_TEXTS} texts per request, got {len(texts)}", param="texts")
+    method = body.get("method")
+    if method is not None and not isinstance(method, str):
+        raise BadRequest("method must be a link method name", param="method")
+    return texts, method
+
+
+def _compile(engine, texts: list[str], method: str | None) -> list[dict]:
+    """On the scheduler thread: check, compile what is new, and describe every text."""
+    for i, t in enumerate(texts):
+        if not t.strip() or not engine.cacheable(t):
+            raise BadRequest(f"texts[{i}] has {engine.count_tokens(t)} tokens, fewer than min_chunk_tokens="
+                             f"{engine.config.min_chunk_tokens}: such short texts are never cached or matched",
+                             param=f"texts[{i}]")
+    keys = [engine.chunk_key(t, method) for t in texts]
+    before = engine.store.contains_many(keys)
+    engine.compile(texts, method=method)
+    return [{"id": k, "object": "context_cache", "tokens": engine.count_tokens(t), "compiled": not hit}
+            for k, t, hit in zip(keys, texts, before)]
+
+
+def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of) -> None:
+    """Add the three routes to ``app`` (compiles run on ``sched``'s thread, with the model)."""
+
+    @app.post("/v1/context_cache")
+    async def create(request: Request):
+        try:
+            texts, method = _texts(await read_json(request, limit))
+            data = await asyncio.wrap_future(sched.call(lambda: _compile(engine, texts, method)))
+        except Exception as exc:
+            return error_of(exc)
+        compiled = sum(d["compiled"] for d in data)
+        sched.metrics.inc("chunks_compiled", compiled)
+        return {"object": "list", "data": data, "compiled": compiled}
+
+    async def _one(cache_id: str) -> str:
+        found = await asyncio.to_thread(texts_of, engine, [cache_id])
+        if cache_id not in found:
+            raise BadRequest(f"unknown cache id {cache_id!r}", status=404, param="id", code="cache_id_not_found")
+        return found[cache_id]
+
+    @app.get("/v1/context_cache/{cache_id}")
+    async def get(cache_id: str):
+        try:
+            text = await _one(cache_id)
+        except Exception as exc:
+            return error_of(exc)
+        return {"id": cache_id, "object": "context_cache", "text": text}
+
+    @app.delete("/v1/context_cache/{cache_id}")
+    async def delete(cache_id: str):
+        try:
+            await _one(cache_id)
+            await asyncio.to_thread(_delete, engine, cache_id)
+        except Exception as exc:
+            return error_of(exc)
+        return JSONResponse({"id": cache_id, "object": "context_cache", "deleted": True})
+
+
+def _delete(engine, cache_id: str) -> None:
+    engine.store.delete_many([cache_id])
+    index = getattr(engine, "text_index", None)
+    if index is not None:
+        index.remove([cache_id])

@@ -1,0 +1,132 @@
+"""The model side of one request: link it, pick each token, step many of them together.
+
+:func:`admit` links a job's prompt (segments, store, compile on miss, link) and picks its
+first token from the link's logits; :func:`step` runs one decode forward for a list of
+running requests: batched (:func:`ragpic.core.batch.batched_decode_step`) when the model
+supports it and there are several, else the engine's own single-request step. Both run on
+the scheduler thread, the only one that touches the model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ragpic.core.batch import batched_decode_step, supports_batching
+from ragpic.core.decode import Sampling, next_token
+from ragpic.core.decode_step import DecodeBuffers
+from ragpic.core.link import link
+from ragpic.core.methods import parse_method
+from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.errors import ContextOverflowError
+from ragpic.generation import Generation
+from ragpic.serve.detok import Detokenizer
+from ragpic.serve.job import GenJob
+
+__all__ = ["Running", "admit", "step"]
+
+
+@dataclass(slots=True)
+class Running:
+    """A linked request being decoded.
+
+    Attributes:
+        cache: its linked cache (prompt rows filled; one row per generated token follows).
+        pos: position of the token to feed next (``prompt_len + generated - 1``).
+        token: the id to feed at ``pos`` (the last one emitted).
+        steps: decode forwards done for it (index into ``bufs``).
+    """
+
+    job: GenJob
+    cache: LinkedCache
+    params: Sampling
+    gen: torch.Generator | None
+    detok: Detokenizer
+    result: Generation
+    bufs: DecodeBuffers
+    pos: int
+    token: int = -1
+    steps: int = 0
+    done: bool = False
+
+
+def _text(engine, job: GenJob) -> str:
+    if job.messages is not None:
+        return engine.format_chat(job.messages)
+    return job.prompt
+
+
+def admit(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int) -> Running:
+    """Link ``job`` and emit its first token (``done`` when that ended it: EOS first...).
+
+    Raises what the engine raises for a bad request (``ConfigError``, ``LinkError``...) and
+    :class:`ContextOverflowError` for a prompt over ``max_prompt_tokens``.
+    """
+    method = parse_method(job.method or engine.config.method)
+    params = engine.sampling(**job.sampling)
+    text = _text(engine, job)
+    segs, stats = engine.segments(text, job.hints, method)
+    n = sum(s.num_tokens for s in segs)
+    if n > max_prompt_tokens:
+        raise ContextOverflowError(f"the prompt has {n} tokens, more than this server's limit of "
+                                   f"{max_prompt_tokens} (--max-prompt-tokens): send fewer or shorter chunks")
+    res = link(engine.lm, segs, method, extra_capacity=params.max_new_tokens, pool=pool)
+    result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
+                        recomputed_tokens=res.recomputed, chunks_matched=stats.matched,
+                        chunks_loaded=stats.loaded, chunks_compiled=stats.compiled,
+                        cached_tokens=stats.cached_tokens, compiled_tokens=stats.compiled_tokens,
+                        hints=stats.hinted, hints_found=stats.hints_found, model=engine.lm.name)
+    gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+    run = Running(job, res.cache, params, gen, Detokenizer(engine.lm.tokenizer, params.stop), result,
+                  DecodeBuffers(engine.lm, res.num_tokens, params.max_new_tokens), pos=res.num_tokens - 1)
+    job.send("linked", result)
+    emit(engine, run, res.logits)
+    return run
+
+
+def emit(engine, run: Running, logits: torch.Tensor) -> None:
+    """Pick the next token from ``(V,)`` fp32 logits, send its text, and mark the run done on
+    EOS, a stop string or ``max_new_tokens``."""
+    tok, _ = next_token(logits, run.params, run.gen)
+    first = not run.detok.ids
+    if tok in engine.lm.eos_token_ids:
+        return finish(run, "eos", first)
+    text, stopped = run.detok.push(tok)
+    if first:
+        run.result.ttft_s = time.perf_counter() - run.job.arrived
+    if text:
+        run.job.send("delta", text)
+    run.token, run.pos = tok, run.pos + 1
+    if stopped:
+        finish(run, "stop", False)
+    elif len(run.detok.ids) >= run.params.max_new_tokens:
+        finish(run, "length", False)
+
+
+def finish(run: Running, reason: str, first: bool) -> None:
+    if first:  # EOS straight away: the (empty) answer was known at that point
+        run.result.ttft_s = time.perf_counter() - run.job.arrived
+    if reason != "stop":
+        tail = run.detok.flush()
+        if tail:
+            run.job.send("delta", tail)
+    run.result.token_ids = list(run.detok.ids)
+    run.result.finish_reason = reason
+    run.done = True
+
+
+def step(engine, runs: Sequence[Running]) -> None:
+    """One decode forward for every run in ``runs``, then each one's next token."""
+    lm = engine.lm
+    if len(runs) > 1 and supports_batching(lm):
+        logits = batched_decode_step(lm, [r.cache for r in runs], [r.token for r in runs], [r.pos for r in runs])
+        rows = list(logits)
+    else:  # one request (the engine's own step), or a model whose attention cannot batch
+        rows = [r.bufs.forward(lm, r.cache, r.pos - r.bufs.prompt_len, r.token) for r in runs]
+    for r, row in zip(runs, rows):
+        r.steps += 1
+        emit(engine, r, row)

@@ -1,0 +1,203 @@
+"""The scheduler thread: it owns the model and interleaves links with batched decode steps.
+
+Each turn of its loop: drop cancelled jobs; run queued model calls (``/v1/context_cache``
+compiles); link at most one waiting request (so the running ones wait for one link, never
+for a queue of them); then one decode forward for every running request (continuous
+batching, vLLM-style: a request joins the batch the step after its link and leaves it when it
+finishes). Requests beyond ``max_batch`` running wait, in arrival order, in a queue of at
+most ``max_queue``; past that :meth:`Scheduler.submit` raises :class:`QueueFull` (HTTP 429).
+
+A request that fails (bad prompt, store error, anything) gets its error as an event; the
+loop goes on. A failed batched step fails the requests in it, not the server.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.serve.job import GenJob
+from ragpic.serve.metrics import Metrics
+from ragpic.serve.running import Running, admit, step
+
+__all__ = ["QueueFull", "Scheduler"]
+
+log = logging.getLogger("ragpic.serve")
+
+
+class QueueFull(Exception):
+    """The wait queue holds ``max_queue`` requests already."""
+
+
+class Scheduler:
+    """Runs every model call of one server on one thread.
+
+    Args:
+        engine: the :class:`ragpic.RagPic` whose model and store it uses.
+        max_batch: most requests decoded together (1: one at a time, the unbatched baseline).
+        max_queue: most requests waiting to be linked.
+        max_prompt_tokens: longest prompt accepted (tokens).
+        metrics: where it counts what it does.
+    """
+
+    def __init__(self, engine, *, max_batch: int = 8, max_queue: int = 64, max_prompt_tokens: int | None = None,
+                 metrics: Metrics | None = None):
+        self.engine, self.max_batch, self.max_queue = engine, max_batch, max_queue
+        self.max_prompt_tokens = max_prompt_tokens or engine.context_window
+        self.metrics = metrics or Metrics()
+        self.pool = SlabPool(max_idle=max_batch)  # the running requests' cache memory, reused
+        self._waiting: collections.deque[GenJob] = collections.deque()
+        self._calls: collections.deque[tuple[Callable[[], object], concurrent.futures.Future]] = collections.deque()
+        self._running: list[Running] = []
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="ragpic-scheduler", daemon=True)
+
+    # -- from other threads ----------------------------------------------------------------
+    def start(self) -> "Scheduler":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    def submit(self, job: GenJob) -> None:
+        """Queue ``job``; raises :class:`QueueFull` when ``max_queue`` jobs wait already."""
+        with self._wake:
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue {self.max_queue})")
+            self._waiting.append(job)
+            self._wake.notify()
+
+    def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
+        """Run ``fn()`` on the scheduler thread between steps (anything that uses the model)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._wake:
+            self._calls.append((fn, fut))
+            self._wake.notify()
+        return fut
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def active(self) -> int:
+        return len(self._running)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        with torch.inference_mode():  # link's caches are inference tensors; decode writes them
+            self._turns()
+        for r in self._running:  # shutting down
+            self._release(r)
+
+    def _turns(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._stop or self._waiting or self._calls or self._running):
+                    self._wake.wait()
+                if self._stop:
+                    break
+                call = self._calls.popleft() if self._calls else None
+                job = self._waiting.popleft() if self._waiting and len(self._running) < self.max_batch else None
+            if call is not None:
+                self._run_call(*call)
+            if job is not None and not job.cancelled:
+                self._admit(job)
+            self._drop_cancelled()
+            if self._running:
+                self._step()
+
+    def _run_call(self, fn: Callable[[], object], fut: concurrent.futures.Future) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # the caller gets it; the loop goes on
+            fut.set_exception(exc)
+
+    def _admit(self, job: GenJob) -> None:
+        try:
+            run = admit(self.engine, job, self.pool, self.max_prompt_tokens)
+        except Exception as exc:
+            self._fail(job, exc, where="link")
+            return
+        self._count_link(run)
+        if run.done:  # finished at its first token
+            self._finish(run)
+        else:
+            self._running.append(run)
+
+    def _count_link(self, run: Running) -> None:
+        m, g = self.metrics, run.result
+        m.observe("link", g.link_s)
+        if g.method != "full":  # full links no stored KV: neither a hit nor a miss
+            m.inc("cache_hits", g.chunks_loaded)
+            m.inc("cache_misses", max(0, g.chunks_matched - g.chunks_loaded))
+        m.inc("chunks_compiled", g.chunks_compiled)
+        m.inc("prompt_tokens", g.prompt_tokens)
+        m.inc("cached_tokens", g.cached_tokens)
+        m.inc("recomputed_tokens", g.recomputed_tokens)
+
+    def _step(self) -> None:
+        runs = list(self._running)
+        try:
+            step(self.engine, runs)
+        except Exception as exc:
+            for r in runs:
+                self._running.remove(r)
+                self._fail(r.job, exc, where="decode")
+                self._release(r)
+            return
+        self.metrics.inc("decode_steps")
+        self.metrics.observe("batch", len(runs))
+        for r in runs:
+            if r.done:
+                self._running.remove(r)
+                self._finish(r)
+
+    def _finish(self, run: Running) -> None:
+        self.metrics.observe("ttft", run.result.ttft_s)
+        self.metrics.inc("generated_tokens", len(run.result.token_ids))
+        self.metrics.inc("requests", outcome="ok")
+        run.job.send("done", run.result)
+        self._release(run)
+
+    def _drop_cancelled(self) -> None:
+        for r in [r for r in self._running if r.job.cancelled]:
+            self._running.remove(r)
+            self.metrics.inc("requests", outcome="cancelled")
+            self._release(r)
+
+    def _release(self, run: Running) -> None:
+        if run.cache is not None:
+            self.pool.release(run.cache)
+            run.cache = None
+
+    def _fail(self, job: GenJob, exc: Exception, *, where: str) -> None:
+        bad_request = isinstance(exc, ValueError)  # ragpic's input errors subclass ValueError
+        if not bad_request:
+            log.exception("request failed in %s", where)
+        self.metrics.inc("requests", outcome="bad_request" if bad_request else "error")
+        job.send("error", exc)
+
+
+def wait_idle(scheduler: Scheduler, timeout: float = 10.0) -> bool:
+    """Wait until nothing runs or waits (tests); True when idle."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not scheduler.queued and not scheduler.active:
+            return True
+        time.sleep(0.01)
+    return False

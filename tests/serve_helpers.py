@@ -1,0 +1,68 @@
+"""A real ``ragpic serve`` process on a free loopback port, for the server tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``python -m ragpic.cli serve ARGS --port N`` as a child; :meth:`stop` ends it."""
+
+    def __init__(self, *args: str, home: Path, timeout_s: float = 120.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAGPIC_HOME": str(home),
+               "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        self.log = open(home / f"serve-{self.port}.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ragpic.cli", "serve", "--port", str(self.port), *args],
+                                     cwd=home, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"ragpic serve did not start: {self.output()[-3000:]}")
+            time.sleep(0.2)
+
+    def output(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return Path(self.log.name).read_text()
+
+    def client(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 120), **kw)
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies mid-whatever (scale-out tests)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
