@@ -63,6 +63,11 @@ class RagPic:
             size_limit_bytes=int(self.config.store_size_limit_gb * (1 << 30)),
             quant=self.config.kv_quant,
         )
+        from ragpic.cache.text_index_open import open_text_index
+
+        # Stored chunk texts by anchor, shared through the store's backend, so finding them in a
+        # prompt costs O(prompt) lookups instead of a scan of every stored text (issue 14).
+        self.text_index = open_text_index(self.config.store if store is None else None, self.store)
 
     # ----- tokens and templates -------------------------------------------------------
     @property
@@ -142,7 +147,8 @@ class RagPic:
                     i = e.index or 0
                     raise ChunkError(f"{e} [text starts {part[i][1][:60]!r}]", lo + i) from e
                 batch = {k: (kv.to("cpu"), t) for (k, t), kv in zip(part, kvs)}
-                self.store.put_many(batch, strict=strict)  # strict (compile): a failed write raises StoreError
+                stored = set(self.store.put_many(batch, strict=strict))  # strict (compile): a failed write raises
+                self.text_index.add({k: t for k, (_, t) in batch.items() if k in stored})
                 out.update({k: kv for (k, _), kv in zip(part, kvs)})
         finally:
             bar.close()
@@ -157,7 +163,7 @@ class RagPic:
         them (or when none is found) the store's catalog of chunk texts is searched.
         """
         method = parse_method(method or self.config.method)
-        matches, stats = match_chunks(text, hints, lambda: self.store.texts().values(), self.cacheable)
+        matches, stats = match_chunks(text, hints, lambda: self.text_index.candidates(text), self.cacheable)
         if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
         if method.kind == "full":  # the same token sequence the linked methods see, all computed
