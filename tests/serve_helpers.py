@@ -24,11 +24,15 @@ def free_port() -> int:
 class Server:
     """``python -m ragpic.cli serve ARGS --port N`` as a child; :meth:`stop` ends it."""
 
-    def __init__(self, *args: str, home: Path, timeout_s: float = 120.0):
+    def __init__(self, *args: str, home: Path, timeout_s: float = 120.0, isolate: bool = True, threads: int = 1):
+        """``home``: working folder (and ``$RAGPIC_HOME`` when ``isolate``; the embedded model's
+        one-time conversion lives in the real one, so SmolLM2 servers pass ``isolate=False``)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAGPIC_HOME": str(home),
-               "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
+        if isolate:
+            env["RAGPIC_HOME"] = str(home)
         self.log = open(home / f"serve-{self.port}.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "ragpic.cli", "serve", "--port", str(self.port), *args],
                                      cwd=home, env=env, stdout=self.log, stderr=subprocess.STDOUT)
