@@ -27,12 +27,21 @@ def run(args, out=None):
     import sys
 
     from ragpic.demo.app import run as run_demo
+    from ragpic.demo.args import check
 
+    if not hasattr(args, "corpus"):  # not parsed and checked by the CLI yet
+        check(args)
     return run_demo(args, out=out or sys.stdout)
 
 
 def main(args=None) -> int:
-    """``python -m ragpic.demo`` / ``ragpic demo``."""
+    """``ragpic demo`` with parsed ``args``, or with ``sys.argv`` through the CLI when none."""
+    if args is None:
+        import sys
+
+        from ragpic.cli import main as cli_main
+
+        return cli_main(["demo", *sys.argv[1:]])
     from ragpic.demo.app import main as demo_main
 
     return demo_main(args)

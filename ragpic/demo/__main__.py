@@ -1,5 +1,7 @@
-"""``python -m ragpic.demo`` runs ``ragpic demo``."""
+"""``python -m ragpic.demo`` runs ``ragpic demo`` (the CLI parses and checks the arguments)."""
 
-from ragpic.demo.app import main
+import sys
 
-raise SystemExit(main())
+from ragpic.cli import main
+
+raise SystemExit(main(["demo", *sys.argv[1:]]))
