@@ -69,7 +69,7 @@ class Proc:
 
 
 def start_servers(n: int, redis_url: str, max_batch: int, args, tmp: Path) -> tuple[list[str], list[Proc]]:
-    threads = max(1, (os.cpu_count() or 2) // n)
+    threads = args.threads or max(1, (os.cpu_count() or 2) // n)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
     urls, procs = [], []
@@ -97,10 +97,10 @@ def model_id(url: str) -> str:
     return httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
 
 
-def scenario(name: str, urls: list[str], texts: list[str], args, rows: list[dict]) -> None:
+def scenario(name: str, urls: list[str], texts: list[str], args, rows: list[dict], first: bool) -> None:
     model = model_id(urls[0])
-    for rate in args.rates:
-        for method in args.methods:
+    for rate in args.rates if first or not args.rates_other else args.rates_other:
+        for method in args.methods if first or not args.methods_other else args.methods_other:
             run = asyncio.run(run_load(urls, texts, model=model, method=method, rate=rate, requests=args.requests,
                                        max_tokens=args.max_tokens, seed=args.seed, deadline_s=args.deadline))
             row = {"setup": name, "rate": rate, "method": method, **run.summary()}
@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.25, 0.5])
     ap.add_argument("--methods", type=lambda s: s.split(","), default=["legolink-16", "naive", "full"])
     ap.add_argument("--setups", type=lambda s: s.split(","), default=["batched", "one-at-a-time", "2 workers"])
+    ap.add_argument("--rates-other", type=lambda s: [float(x) for x in s.split(",")], default=None,
+                    help="rates for every set-up after the first (default: --rates)")
+    ap.add_argument("--methods-other", type=lambda s: s.split(","), default=None,
+                    help="methods for every set-up after the first (default: --methods)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per server (0: cores / servers)")
     ap.add_argument("--requests", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--streams", type=int, default=8, help="burst test: requests at once")
@@ -163,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                     print(HEAD)
                 if name in ("batched", "one-at-a-time"):
                     bursts.append(burst(urls, texts, args, name))
-                scenario(name, urls, texts, args, rows)
+                scenario(name, urls, texts, args, rows, first=i == 0)
             finally:
                 for p in procs:
                     p.stop()
     finally:
         redis.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     report_burst(bursts, args, texts)
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "burst": bursts, "args": vars(args)}, indent=1))

@@ -2,6 +2,7 @@
 # Set up everything on a fresh machine (venv, CPU torch, the project, redis-server), then
 #   scripts/run.sh demo [ragpic demo args...]   the main job, on the embedded model and data
 #   scripts/run.sh test [pytest args...]        the whole test suite
+#   scripts/run.sh serve [ragpic serve args...] the OpenAI-compatible server (docs/SERVING.md)
 # Re-runs skip the installs that are already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +40,8 @@ cmd=${1:-test}
 shift || true
 case "$cmd" in
   demo) setup; exec ragpic demo "$@" ;;
+  serve) setup; exec ragpic serve "$@" ;;
   test) need_redis; setup; exec python -m pytest -q "$@" ;;
   setup) need_redis; setup ;;
-  *) echo "usage: scripts/run.sh demo|test|setup [args...]" >&2; exit 2 ;;
+  *) echo "usage: scripts/run.sh demo|test|serve|setup [args...]" >&2; exit 2 ;;
 esac

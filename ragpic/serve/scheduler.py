@@ -111,13 +111,19 @@ class Scheduler:
                     break
                 call = self._calls.popleft() if self._calls else None
                 job = self._waiting.popleft() if self._waiting and len(self._running) < self.max_batch else None
-            if call is not None:
-                self._run_call(*call)
-            if job is not None and not job.cancelled:
-                self._admit(job)
-            self._drop_cancelled()
-            if self._running:
-                self._step()
+            try:
+                self._turn(call, job)
+            except Exception:  # a bookkeeping bug must not stop the server's only model thread
+                log.exception("scheduler turn failed")
+
+    def _turn(self, call, job: GenJob | None) -> None:
+        if call is not None:
+            self._run_call(*call)
+        if job is not None and not job.cancelled:
+            self._admit(job)
+        self._drop_cancelled()
+        if self._running:
+            self._step()
 
     def _run_call(self, fn: Callable[[], object], fut: concurrent.futures.Future) -> None:
         if not fut.set_running_or_notify_cancel():
