@@ -78,3 +78,29 @@ def test_batched_cache_checks_positions():
     res = link(lm, [text_segment(lm.tokenizer, PROMPTS[0])], "full", extra_capacity=1)
     with pytest.raises(ValueError, match="past a linked cache"):
         BatchedCache([res.cache], [res.cache.capacity])
+
+
+def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch):
+    """A model whose attention does not honour ``ragpic_batch`` is stepped one request at a
+    time, with the same ids (``step`` says so, and the scheduler stops batching)."""
+    from ragpic import Config, RagPic
+    from ragpic.core.batch import BatchNotHonoured
+    from ragpic.core.ops.slab_pool import SlabPool
+    from ragpic.serve import running
+    from ragpic.serve.job import GenJob
+
+    engine = RagPic(Config(store=None, device="cpu"), lm=tiny_lm("llama"))
+    want = [engine.generate(p, chat=False, max_new_tokens=6).token_ids for p in PROMPTS[:2]]
+
+    def ignored(*args, **kwargs):
+        raise BatchNotHonoured("attention ignored the plan")
+
+    monkeypatch.setattr(running, "batched_decode_step", ignored)
+    pool = SlabPool(max_idle=2)
+    with torch.inference_mode():  # as on the scheduler thread
+        runs = [running.admit(engine, GenJob(messages=None, prompt=p, sampling={"max_new_tokens": 6}), pool, 1000)
+                for p in PROMPTS[:2]]
+        assert running.step(engine, runs) is False  # told: the batch was not honoured
+        while not all(r.done for r in runs):
+            running.step(engine, [r for r in runs if not r.done], batch=False)
+    assert [r.result.token_ids for r in runs] == want

@@ -23,7 +23,12 @@ from ragpic.core.forward import cache_kwarg
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache
 
-__all__ = ["BatchedCache", "batched_decode_step", "supports_batching"]
+__all__ = ["BatchNotHonoured", "BatchedCache", "batched_decode_step", "supports_batching"]
+
+
+class BatchNotHonoured(RuntimeError):
+    """The model's attention ignored the per-row plan (its logits are wrong; the caches' new
+    rows are rewritten by the next forward at the same positions, so stepping alone is safe)."""
 
 
 class _BatchLayer(CacheLayerMixin):
@@ -120,7 +125,7 @@ def batched_decode_step(lm: LoadedModel, caches: Sequence[LinkedCache], tokens: 
     out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
                 ragpic_batch=batch, **{cache_kwarg(model): batch})
     if batch.layers_read != lm.num_layers:  # attention ignored ragpic_batch: the logits are wrong
-        raise RuntimeError(f"batched decode: attention read the per-row caches in {batch.layers_read} of "
+        raise BatchNotHonoured(f"batched decode: attention read the per-row caches in {batch.layers_read} of "
                            f"{lm.num_layers} layers (ragpic_sdpa must delegate ragpic_batch to batched_sdpa)")
     for c, p in zip(caches, batch.positions):
         c.length = p + 1

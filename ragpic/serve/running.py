@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ragpic.core.batch import batched_decode_step, supports_batching
+from ragpic.core.batch import BatchNotHonoured, batched_decode_step, supports_batching
 from ragpic.core.decode import Sampling, next_token
 from ragpic.core.decode_step import DecodeBuffers
 from ragpic.core.link import link
@@ -119,14 +119,24 @@ def finish(run: Running, reason: str, first: bool) -> None:
     run.done = True
 
 
-def step(engine, runs: Sequence[Running]) -> None:
-    """One decode forward for every run in ``runs``, then each one's next token."""
+def step(engine, runs: Sequence[Running], batch: bool = True) -> bool:
+    """One decode forward for every run in ``runs``, then each one's next token.
+
+    Batched when ``batch``, the model supports it and there are several; returns False when
+    the model's attention turned out not to honour a batched step (the step was then taken
+    one request at a time, exactly; the caller should stop asking for batches).
+    """
     lm = engine.lm
-    if len(runs) > 1 and supports_batching(lm):
-        logits = batched_decode_step(lm, [r.cache for r in runs], [r.token for r in runs], [r.pos for r in runs])
-        rows = list(logits)
-    else:  # one request (the engine's own step), or a model whose attention cannot batch
+    rows = None
+    if batch and len(runs) > 1 and supports_batching(lm):
+        try:
+            logits = batched_decode_step(lm, [r.cache for r in runs], [r.token for r in runs], [r.pos for r in runs])
+            rows = list(logits)
+        except BatchNotHonoured:
+            batch = False
+    if rows is None:  # one request (the engine's own step), or a model whose attention cannot batch
         rows = [r.bufs.forward(lm, r.cache, r.pos - r.bufs.prompt_len, r.token) for r in runs]
     for r, row in zip(runs, rows):
         r.steps += 1
         emit(engine, r, row)
+    return batch

@@ -58,6 +58,7 @@ class Scheduler:
         self._running: list[Running] = []
         self._wake = threading.Condition()
         self._stop = False
+        self._batching = True  # off for good if the model's attention ignores batched steps
         self._thread = threading.Thread(target=self._loop, name="ragpic-scheduler", daemon=True)
 
     # -- from other threads ----------------------------------------------------------------
@@ -159,7 +160,10 @@ class Scheduler:
     def _step(self) -> None:
         runs = list(self._running)
         try:
-            step(self.engine, runs)
+            if not step(self.engine, runs, self._batching) and self._batching:
+                log.warning("this model's attention does not honour batched decode steps: decoding one "
+                            "request at a time")
+                self._batching = False
         except Exception as exc:
             for r in runs:
                 self._running.remove(r)
