@@ -196,3 +196,15 @@ def test_full_queue_gives_429_not_a_hang(client):
     assert busy["code"] == "queue_full"
     assert client.get("/health").json()["status"] == "ok"  # still serving
     assert client.post("/v1/chat/completions", json=chat_body("q", n=2)).status_code == 200
+
+
+def test_cli_checks_arguments_before_loading(capsys, tmp_path):
+    from ragpic.cli import main
+    from ragpic.serve.cli import default_store
+
+    assert main(["serve", "--port", "99999"]) == 2
+    assert main(["serve", "--model", str(tmp_path / "nope")]) == 2
+    assert main(["serve", "--max-batch", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--port 99999" in err and "no such folder" in err and "--max-batch" in err
+    assert default_store().endswith("serve/kv")
