@@ -27,17 +27,31 @@ import torch.nn.functional as F
 ATTENTION_NAME = "ragpic_sdpa"
 # One SDPA call costs about as much as this many (query row x key) pairs (python, dispatch,
 # kernel setup); bands are merged while that is cheaper than attending to a few extra keys.
+# Measured on the CPU. A GPU does ~1e5x more pairs per call overhead than a CPU core, so there
+# one call over a few extra keys always wins: bands of up to ~512 legolink rows (one band up to
+# ~16k tokens, a few at 32k), each a single launch per layer.
 CALL_COST = 4096
+GPU_CALL_COST = 1 << 18
+
+
+def call_cost_for(device: torch.device) -> int:
+    """The band merge price (in row x key pairs) of one SDPA call on ``device``."""
+    return CALL_COST if torch.device(device).type == "cpu" else GPU_CALL_COST
 
 
 @dataclass(slots=True, frozen=True)
 class Band:
-    """Query rows ``[row_start, row_end)`` attend to keys ``[key_start, key_end)`` only."""
+    """Query rows ``[row_start, row_end)`` attend to keys ``[key_start, key_end)`` only.
+
+    ``masked`` is False when every row of the band sees every one of its keys (a single row,
+    or rows at one position): the band then needs no mask at all.
+    """
 
     row_start: int
     row_end: int
     key_start: int
     key_end: int
+    masked: bool = True
 
     def pairs(self) -> int:
         return (self.row_end - self.row_start) * (self.key_end - self.key_start)
@@ -49,17 +63,19 @@ class Band:
 
 def query_bands(positions: Sequence[int], *, sliding_window: int | None = None,
                 call_cost: int | None = None) -> tuple[Band, ...]:
-    """Cut query rows (at these positions, in row order) into bands of nearby positions.
+    """Cut query rows (at these host positions, in row order) into bands of nearby positions.
 
     A row at position ``p`` sees keys ``(p - sliding_window, p]`` (``[0, p]`` without a
     window), so a band's key range is the union over its rows; every key outside it is
     masked for all of the band's rows and can be skipped without changing the result.
     Adjacent rows are merged greedily while one call over the union costs less than two
-    (``call_cost``, default :data:`CALL_COST`, is the price of a call in row x key pairs).
+    (``call_cost``, default :data:`CALL_COST`, is the price of a call in row x key pairs;
+    :func:`call_cost_for` gives each device's).
     """
     call_cost = CALL_COST if call_cost is None else call_cost
+    pos = [int(p) for p in positions]
     bands: list[Band] = []
-    for row, p in enumerate(int(p) for p in positions):
+    for row, p in enumerate(pos):
         band = Band(row, row + 1, max(0, p - sliding_window + 1) if sliding_window else 0, p + 1)
         if bands:
             merged = bands[-1].merge(band)
@@ -67,43 +83,99 @@ def query_bands(positions: Sequence[int], *, sliding_window: int | None = None,
                 bands[-1] = merged
                 continue
         bands.append(band)
-    return tuple(bands)
+    return tuple(_mark_unmasked(b, pos[b.row_start:b.row_end], sliding_window) for b in bands)
+
+
+def _mark_unmasked(band: Band, rows: list[int], window: int | None) -> Band:
+    """``band`` with ``masked=False`` when each of its rows sees all of its keys."""
+    sees_all = min(rows) + 1 >= band.key_end and (not window or max(rows) - window + 1 <= band.key_start)
+    return Band(band.row_start, band.row_end, band.key_start, band.key_end, masked=not sees_all)
+
+
+@dataclass(slots=True, frozen=True)
+class BandPlan:
+    """Bands plus each band's mask, built once per forward and read by every layer.
+
+    Attributes:
+        bands: from :func:`query_bands`.
+        masks: per band ``(1, 1, rows, keys)`` additive mask (``(1, 1, g x rows, keys)`` when
+            ``fold``: repeated for the ``g`` query heads folded into rows), or None when the
+            band is unmasked.
+        fold: whether :func:`grouped_sdpa` folds query heads into rows (None: its device default).
+    """
+
+    bands: tuple[Band, ...]
+    masks: tuple[torch.Tensor | None, ...]
+    fold: bool | None
+
+
+def plan_bands(bands: Sequence[Band], mask: torch.Tensor, *, groups: int, fold: bool | None) -> BandPlan:
+    """Slice (and, with ``fold``, repeat per query head) each band's part of ``mask`` once.
+
+    Without it every layer re-sliced the mask and, folded, copied ``g x rows x keys`` of it:
+    one mask copy per band per layer, the main launch cost of banded attention on a GPU.
+    ``mask`` is the forward's ``(1, 1, R, N)`` additive mask; ``groups`` is query heads per KV head.
+    """
+    masks = []
+    for b in bands:
+        m = mask[:, :, b.row_start:b.row_end, b.key_start:b.key_end] if b.masked else None
+        masks.append(_fold_mask(m, groups) if m is not None and fold and groups > 1 else m)
+    return BandPlan(tuple(bands), tuple(masks), fold)
+
+
+def _fold_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
+    """``(B, 1, R, S)`` -> ``(B, 1, groups x R, S)``: row ``j x R + i`` is row ``i`` (head ``j``'s copy)."""
+    b, _, r, s = mask.shape
+    return mask.expand(b, groups, r, s).reshape(b, 1, groups * r, s)
 
 
 def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                ragpic_bands: Sequence[Band] | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+                ragpic_bands: BandPlan | Sequence[Band] | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers attention-interface function.
 
     Args:
         query: ``(1, H, R, D)``; key, value: ``(1, H_kv, N, D)`` (not repeated per head).
-        attention_mask: ``(1, 1, R, N)`` additive mask, required with ``ragpic_bands``.
-        ragpic_bands: from :func:`query_bands`; without it this is transformers' SDPA.
+        attention_mask: ``(1, 1, R, N)`` additive mask, required with bare ``ragpic_bands``.
+        ragpic_bands: a :class:`BandPlan` (its masks prebuilt), or bands from
+            :func:`query_bands` (masks sliced here); without it this is transformers' SDPA.
     Returns:
         ``((1, R, H, D) attention output, None)``.
     """
+    if kwargs.get("ragpic_batch") is not None:  # a batched decode step (ragpic.core.batch): per-row caches
+        from ragpic.core.ops.batched_attention import batched_sdpa
+        return batched_sdpa(module, query, kwargs["ragpic_batch"], dropout=dropout, scaling=scaling)
     if ragpic_bands is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
+    if not isinstance(ragpic_bands, BandPlan):
+        ragpic_bands = plan_bands(ragpic_bands, attention_mask, groups=1, fold=None)
     b, h, r, _ = query.shape
+    fold = ragpic_bands.fold
+    if len(ragpic_bands.bands) == 1 and ragpic_bands.bands[0].row_end - ragpic_bands.bands[0].row_start == r:
+        (band,), (mask,) = ragpic_bands.bands, ragpic_bands.masks  # one call: no slice writes
+        out = grouped_sdpa(query, key[:, :, band.key_start:band.key_end], value[:, :, band.key_start:band.key_end],
+                           mask, dropout, scaling, fold=fold)
+        return out.transpose(1, 2).contiguous(), None
     out = query.new_empty(b, h, r, value.shape[-1])
-    for band in ragpic_bands:
+    for band, mask in zip(ragpic_bands.bands, ragpic_bands.masks):
         r0, r1, k0, k1 = band.row_start, band.row_end, band.key_start, band.key_end
         out[:, :, r0:r1] = grouped_sdpa(query[:, :, r0:r1], key[:, :, k0:k1], value[:, :, k0:k1],
-                                        attention_mask[:, :, r0:r1, k0:k1], dropout, scaling)
+                                        mask, dropout, scaling, fold=fold)
     return out.transpose(1, 2).contiguous(), None
 
 
-def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                  dropout: float = 0.0, scaling: float | None = None, *, fold: bool | None = None) -> torch.Tensor:
     """SDPA of ``(B, H, R, D)`` queries over ``(B, H_kv, S, D)`` keys without copying K/V per head.
 
     On the CPU, torch's flash kernel takes ``enable_gqa`` with a mask. Elsewhere the
-    ``H / H_kv`` query heads that share a KV head are folded into the row dim instead (the
-    mask is repeated for them), which every fused kernel handles. ``fold`` forces either way.
-    Returns ``(B, H, R, D_v)``.
+    ``g = H / H_kv`` query heads that share a KV head are folded into the row dim instead (the
+    mask is repeated for them, unless it already has ``g x R`` rows), which every fused kernel
+    handles. ``fold`` forces either way; ``mask`` None means every row sees every key.
+    Returns ``(B, H, R, D_v)``, in whatever memory layout the kernel chose.
     """
     b, h, r, d = query.shape
     kv_heads = key.shape[1]
@@ -114,9 +186,12 @@ def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ma
                                               enable_gqa=h != kv_heads)
     g = h // kv_heads
     q = query.reshape(b, kv_heads, g * r, d)
-    m = mask.expand(b, g, r, mask.shape[-1]).reshape(b, 1, g * r, mask.shape[-1])
-    out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, dropout_p=dropout, scale=scaling)
-    return out.view(b, h, r, -1)
+    if mask is not None and mask.shape[-2] != g * r:
+        mask = _fold_mask(mask, g)
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+    # reshape, not view: CUDA's memory-efficient kernel returns (B, H_kv, g R, D) in a transposed
+    # layout, which no view can split back into heads (issue 18, item 1).
+    return out.reshape(b, h, r, out.shape[-1])
 
 
 def uses_banded_attention(model: torch.nn.Module) -> bool:

@@ -15,7 +15,8 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.T
 
     Args:
         keys: ``(..., T, D)`` post-RoPE keys (any leading dims, e.g. ``(L, H, T, D)``).
-        delta: a scalar shift, or ``(T,)`` int64 per-token shifts.
+        delta: an int shift (host value: the fast path, no device tensor made, nothing read
+            back), or ``(T,)`` int64 per-token shifts (on any device).
         inv_freq: ``(D_rot/2,)`` fp32 inverse frequencies; when ``D_rot < D`` only the first
             ``D_rot`` dims rotate (partial rotary).
         out: optional ``(..., T, D)`` destination (e.g. rows of a linked cache); fp32 keys
@@ -23,22 +24,26 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.T
     Returns:
         ``(..., T, D)`` rotated keys (``out`` when given), same dtype and device as ``keys``.
     """
-    delta = torch.as_tensor(delta, device=keys.device)
-    if delta.dim() == 0:
-        delta = delta.expand(keys.shape[-2])
-    if not bool(delta.any()):
-        return keys if out is None else out.copy_(keys)
-    freqs = delta.to(torch.float32)[:, None] * inv_freq.to(keys.device, torch.float32)[None, :]  # (T, D_rot/2)
+    inv_freq = inv_freq.to(keys.device, torch.float32)
+    if isinstance(delta, torch.Tensor):
+        # (T or 1, D_rot/2) angles. No zero test here: on a GPU it would be a sync.
+        freqs = delta.to(keys.device, torch.float32).reshape(-1)[:, None] * inv_freq[None, :]
+    else:
+        if int(delta) == 0:
+            return keys if out is None else out.copy_(keys)
+        freqs = (inv_freq * float(delta))[None, :]  # (1, D_rot/2), broadcast over T: same fp32 product
     cos, sin = freqs.cos(), freqs.sin()
     if out is not None and keys.dtype == out.dtype == torch.float32:
         return _rotate_into(out, keys, cos, sin)
     k = keys.to(torch.float32)
-    rotated = _rotate_into(torch.empty_like(k), k, cos, sin).to(keys.dtype)
-    return rotated if out is None else out.copy_(rotated)
+    rotated = _rotate_into(torch.empty_like(k), k, cos, sin)
+    if out is not None:
+        return out.copy_(rotated)  # one cast, straight into the destination
+    return rotated.to(keys.dtype)
 
 
 def _rotate_into(out: torch.Tensor, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``out = R(angle) keys`` for fp32 tensors, half by half; cos/sin are ``(T, D_rot/2)``.
+    """``out = R(angle) keys`` for fp32 tensors, half by half; cos/sin are ``(T or 1, D_rot/2)``.
 
     HF/GPT-NeoX convention: dim ``i`` pairs with dim ``i + D_rot/2``; dims past ``D_rot``
     (partial rotary) pass through unchanged.
