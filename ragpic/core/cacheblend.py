@@ -11,7 +11,8 @@ CacheBlend picks the tokens to recompute per prompt rather than by position:
    cached (re-rotated) KV there.
 
 Layers 0 and 1 attend over the whole prompt, so this step costs ``2/L`` of a full prefill
-plus an ``N x N`` mask: the memory behaviour the EPIC paper contrasts with LegoLink.
+(and, where SDPA's causal kernel cannot be used, an ``N x N`` mask: the memory behaviour
+the EPIC paper contrasts with LegoLink).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from collections.abc import Sequence
 import torch
 
 from ragpic.core.cache_fill import fill_cached_rows, new_cache
-from ragpic.core.forward import layer_forward
+from ragpic.core.forward import cache_kwarg, layer_forward, step_inputs
 from ragpic.core.model import LoadedModel
+from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment
@@ -37,13 +39,19 @@ def select_tokens(deviation: torch.Tensor, must: torch.Tensor, ratio: float) -> 
     """``(R,)`` sorted positions: every ``must`` token plus the top ``ratio`` of the others.
 
     Args:
-        deviation: ``(N,)`` fp32 per-token KV deviation at the check layer.
-        must: ``(N,)`` bool, tokens always recomputed (uncached text, the last token).
+        deviation: ``(N,)`` fp32 per-token KV deviation at the check layer (any device).
+        must: ``(N,)`` bool on the CPU, tokens always recomputed (uncached text, the last token).
+    Returns:
+        positions on ``deviation``'s device. Counts come from the host ``must``, and ``must``
+        tokens are ranked below every candidate rather than cut out with ``nonzero``, so no
+        step waits for the device.
     """
-    cand = (~must).nonzero().squeeze(1)
-    k = math.ceil(ratio * cand.numel())
-    top = cand[deviation[cand].topk(k).indices] if k else cand[:0]
-    return torch.cat((must.nonzero().squeeze(1), top)).sort().values
+    k = math.ceil(ratio * int((~must).sum()))
+    fixed = to_device(must.nonzero().squeeze(1), deviation.device)
+    if not k:
+        return fixed
+    ranked = deviation.masked_fill(to_device(must, deviation.device), float("-inf"))
+    return torch.cat((fixed, ranked.topk(k).indices)).sort().values
 
 
 @torch.inference_mode()
@@ -52,28 +60,38 @@ def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segme
                     pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor]:
     """Link with CacheBlend-``ratio``; returns (last logits ``(V,)``, cache, recomputed ``(N,)`` bool).
 
-    ``must`` marks the tokens every method recomputes (uncached text and the last token).
-    The returned mask is what went through the deep layers (layers 0-1 saw everything).
+    ``ids``: ``(N,)`` on the model's device; ``must``: ``(N,)`` bool on the CPU, the tokens every
+    method recomputes (uncached text and the last token). The returned mask (CPU) is what
+    went through the deep layers (layers 0-1 saw everything).
+
+    Step inputs are built twice per link, not per layer: once for layers 0-1 over every token
+    (SDPA's causal kernel, no ``N x N`` mask, when the model allows it) and once for the
+    selected tokens; reading the selection back to the host (for their bands) is the one sync.
     """
     base = lm.model.model
     n = ids.numel()
     cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
-    everyone = torch.arange(n, device=lm.device)
+    kwarg = cache_kwarg(base.layers[0])
+    sel = torch.arange(n, device=lm.device)
     hidden = base.embed_tokens(ids[None])
-    must = must.to(lm.device)
-    sel = everyone
+    inputs = step_inputs(lm, cache, sel, n, kwarg, host_positions=torch.arange(n), causal=True)
+    rotary = base.rotary_emb(hidden, sel[None])
+    sel_host = None
     for i, layer in enumerate(base.layers):
         if i == _CHECK_LAYER:
             cached_v = cache.value_slab[i, 0, :, :n].float().clone()
-        hidden = layer_forward(lm, layer, hidden, sel, cache, n)
+        hidden = layer_forward(layer, hidden, rotary, inputs)
         if i == _CHECK_LAYER:
             fresh_v = cache.value_slab[i, 0, :, :n].float()
             deviation = (fresh_v - cached_v).pow(2).sum(dim=(0, 2))  # (N,)
             sel = select_tokens(deviation, must, ratio)
+            sel_host = sel.cpu()
             hidden = hidden[:, sel]
+            inputs = step_inputs(lm, cache, sel, n, kwarg, host_positions=sel_host)
+            rotary = base.rotary_emb(hidden, sel[None])
     hidden = base.norm(hidden[:, -1:])
     logits = lm.model.lm_head(hidden)[0, -1].float()
     rec = torch.zeros(n, dtype=torch.bool)
-    rec[sel.cpu()] = True
+    rec[sel_host if sel_host is not None else torch.arange(n)] = True
     return logits, cache, rec

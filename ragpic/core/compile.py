@@ -11,6 +11,7 @@ from ragpic.core.forward import prefill
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import PLAIN, recipe_dummies
 from ragpic.core.model import LoadedModel
+from ragpic.core.ops.device import to_device
 from ragpic.errors import ChunkError
 
 __all__ = ["compile_chunks", "dummy_token_id"]
@@ -71,7 +72,7 @@ def compile_chunks(
         batch_tokens: padded tokens per forward (memory ~ batch_tokens x KV bytes/token).
         on_progress: called with the number of chunks finished after each batch.
     Returns:
-        One :class:`ChunkKV` per chunk, in input order, on the model's device.
+        One :class:`ChunkKV` per chunk, in input order: KV on the model's device, ids on the CPU.
     """
     dummies = recipe_dummies(recipe)
     ids = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in chunks]
@@ -85,7 +86,7 @@ def compile_chunks(
         for r, i in enumerate(batch):
             seq = torch.cat((prefix, ids[i]))
             rows[r, : seq.numel()] = seq
-        rows = rows.to(lm.device)
+        rows = to_device(rows, lm.device)
         positions = torch.arange(width, device=lm.device).expand(len(batch), width)
         cache = DynamicCache()
         prefill(lm.model, rows, positions, cache)
@@ -94,7 +95,7 @@ def compile_chunks(
         for r, i in enumerate(batch):
             t = ids[i].numel()
             out[i] = ChunkKV(
-                token_ids=ids[i].to(lm.device),
+                token_ids=ids[i],  # host data: ids never enter a kernel at link
                 keys=keys[:, r, :, dummies:dummies + t].clone(),
                 values=values[:, r, :, dummies:dummies + t].clone(),
                 base_position=dummies,

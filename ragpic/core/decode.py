@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.checks import check_int, check_number, check_stop
-from ragpic.core.forward import forward_rows
+from ragpic.core.decode_step import DecodeBuffers
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache
 
-__all__ = ["Sampling", "decode_tokens", "pick_token"]
+__all__ = ["Sampling", "decode_tokens", "next_token", "pick_token"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,18 +60,30 @@ def decode_tokens(lm: LoadedModel, cache: LinkedCache, first_logits: torch.Tenso
     """Yield generated ids until EOS or ``max_new_tokens``; the cache grows in place.
 
     The first id comes from the link's logits (no extra forward); each later id costs one
-    single-token forward at position ``prompt_len + i``.
+    single-token forward at position ``prompt_len + i``, on buffers made once
+    (:class:`~ragpic.core.decode_step.DecodeBuffers`). Greedy ids are fed back on the device
+    and read by the host once each, to be yielded.
     """
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
     eos = set(lm.eos_token_ids)
+    bufs = DecodeBuffers(lm, prompt_len, sampling.max_new_tokens)
     logits = first_logits
     for i in range(sampling.max_new_tokens):
-        tok = pick_token(logits, sampling, gen)
+        tok, fed = next_token(logits, sampling, gen)
         if tok in eos:
             return
         yield tok
         if i + 1 == sampling.max_new_tokens:
             return
-        pos = torch.tensor([prompt_len + i], device=lm.device)
-        ids = torch.tensor([tok], device=lm.device)
-        logits = forward_rows(lm, cache, ids, pos, prompt_len + i + 1)[-1].float()
+        logits = bufs.forward(lm, cache, i, fed)
+
+
+def next_token(logits: torch.Tensor, sampling: Sampling,
+               generator: torch.Generator | None) -> tuple[int, torch.Tensor | int]:
+    """``(host id, what to feed back)`` from ``(V,)`` fp32 logits: greedy feeds back the
+    ``(1,)`` device argmax (read once by the host); sampling picks on the host."""
+    if sampling.temperature == 0:
+        top = logits.argmax().reshape(1)
+        return int(top), top  # the step's one device-to-host read
+    tok = pick_token(logits, sampling, generator)
+    return tok, tok

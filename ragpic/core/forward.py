@@ -37,41 +37,55 @@ def _cache_kwarg_of(cls: type) -> str:  # per class: decode asks once per token
 
 
 def step_inputs(lm: LoadedModel, cache: LinkedCache, positions: torch.Tensor, length: int,
-                kwarg: str = "past_key_values") -> dict:
+                kwarg: str = "past_key_values", *, host_positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, causal: bool = False) -> dict:
     """Keyword arguments of one forward over the tokens at ``positions`` into ``cache``.
 
     Sets the cache to write those tokens' K/V at rows ``positions`` and to show attention
     rows ``[0, length)``; the mask lets the token at position ``p`` see keys ``t <= p`` (and
-    the model's sliding window); bands are added when the model runs banded attention.
+    the model's sliding window); bands (with their masks, built once for every layer) are
+    added when the model runs banded attention and there is more than one row.
 
     Args:
         positions: ``(R,)`` int64 global positions, on the model's device, ascending.
         length: rows visible to attention (the prompt so far, these tokens included).
         kwarg: the forward's cache argument name (:func:`cache_kwarg`).
+        host_positions: the same positions on the CPU, for the bands (default: ``positions``
+            when they are on the CPU, else one device-to-host copy, which waits for the device).
+        mask: a prebuilt ``(1, 1, R, length)`` additive mask (decode reuses one buffer).
+        causal: the rows are exactly ``0..length-1`` (CacheBlend's full layers). When the
+            live attention is SDPA without a window cutting keys, no mask is passed and SDPA's
+            causal kernel masks (no ``length x length`` mask, no bands); otherwise as usual.
     Returns:
-        ``attention_mask`` ``(1, 1, R, length)``, ``position_ids`` ``(1, R)``, the cache under
-        ``kwarg``, ``use_cache`` and, with banded attention, ``ragpic_bands``.
+        ``attention_mask`` ``(1, 1, R, length)`` (None when ``causal`` applies),
+        ``position_ids`` ``(1, R)``, the cache under ``kwarg``, ``use_cache`` and, with banded
+        attention, ``ragpic_bands`` (a :class:`~ragpic.core.ops.attention.BandPlan`).
     """
     cache.prepare(positions, length)
-    kwargs = {
-        "attention_mask": additive_mask(positions, length, dtype=lm.dtype, sliding_window=lm.sliding_window),
-        "position_ids": positions[None],
-        "use_cache": True,
-        kwarg: cache,
-    }
-    bands = lm.bands(positions)
-    if bands is not None:
-        kwargs["ragpic_bands"] = bands
+    kwargs = {"position_ids": positions[None], "use_cache": True, kwarg: cache}
+    if causal and lm.causal_kernel_ok(length):
+        kwargs["attention_mask"] = None
+        return kwargs
+    if mask is None:
+        mask = additive_mask(positions, length, dtype=lm.dtype, sliding_window=lm.sliding_window)
+    kwargs["attention_mask"] = mask
+    if positions.numel() > 1 and lm.banded_attention:  # one row: nothing to cut, SDPA as is
+        if host_positions is None:
+            host_positions = positions.cpu()  # a sync off the CPU: hot paths pass host positions
+        kwargs["ragpic_bands"] = lm.band_plan(host_positions, mask)
     return kwargs
 
 
 def forward_rows(lm: LoadedModel, cache: LinkedCache, input_ids: torch.Tensor, positions: torch.Tensor,
-                 length: int, logits_to_keep: int = 1) -> torch.Tensor:
+                 length: int, logits_to_keep: int = 1, *, host_positions: torch.Tensor | None = None,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
     """Run the model over ``(R,)`` ids at ``(R,)`` positions into ``cache``; returns
-    ``(logits_to_keep, V)`` logits of the last rows (``0`` keeps all R), in the model dtype."""
+    ``(logits_to_keep, V)`` logits of the last rows (``0`` keeps all R), in the model dtype.
+    ``host_positions`` and ``mask``: as in :func:`step_inputs`."""
     model = lm.model
     out = model(input_ids=input_ids[None], logits_to_keep=logits_to_keep,
-                **step_inputs(lm, cache, positions, length, cache_kwarg(model)))
+                **step_inputs(lm, cache, positions, length, cache_kwarg(model), host_positions=host_positions,
+                              mask=mask))
     return out.logits[0]
 
 
@@ -84,11 +98,12 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch
     return out.logits
 
 
-def layer_forward(lm: LoadedModel, layer: torch.nn.Module, hidden: torch.Tensor, positions: torch.Tensor,
-                  cache: LinkedCache, length: int) -> torch.Tensor:
-    """One decoder layer over ``(1, R, hidden)`` states at ``positions``, writing their K/V."""
-    rotary = lm.model.model.rotary_emb
-    out = layer(hidden, position_embeddings=rotary(hidden, positions[None]),
-                **step_inputs(lm, cache, positions, length, cache_kwarg(layer)))
-    return out[0] if isinstance(out, tuple) else out
+def layer_forward(layer: torch.nn.Module, hidden: torch.Tensor,
+                  position_embeddings: tuple[torch.Tensor, torch.Tensor], inputs: dict) -> torch.Tensor:
+    """One decoder layer over ``(1, R, hidden)`` states, writing their K/V.
 
+    ``inputs`` come from :func:`step_inputs` (built once and shared by every layer over the
+    same rows); ``position_embeddings`` is the model's rotary ``(cos, sin)`` for those rows.
+    """
+    out = layer(hidden, position_embeddings=position_embeddings, **inputs)
+    return out[0] if isinstance(out, tuple) else out

@@ -25,6 +25,7 @@ from ragpic.core.cacheblend import cacheblend_link
 from ragpic.core.forward import forward_rows, prefill
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
+from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment, concat_ids, segment_starts
@@ -94,6 +95,7 @@ def check_segments(lm: LoadedModel, segments: Sequence[Segment], method: Method,
 
 
 def _synchronize(device: torch.device) -> None:
+    """Wait for the device (CUDA): the link's two deliberate syncs, so ``seconds`` is its real time."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -112,10 +114,13 @@ def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int,
 
 def _partial(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], rec: torch.Tensor,
              capacity: int, pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
+    """``ids`` and ``rec`` are host tensors: only the recomputed rows' ids and positions move."""
     cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
-    pos = rec.nonzero().squeeze(1).to(lm.device)
-    logits = forward_rows(lm, cache, ids[pos], pos, ids.numel())
+    host_pos = rec.nonzero().squeeze(1)
+    pos = to_device(host_pos, lm.device)
+    logits = forward_rows(lm, cache, to_device(ids[host_pos], lm.device), pos, ids.numel(),
+                          host_positions=host_pos)
     return logits[-1].float(), cache
 
 
@@ -134,14 +139,15 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
     """
     method = parse_method(method)
     n = check_segments(lm, segments, method, extra_capacity)
-    ids = concat_ids(segments).to(lm.device)
+    ids = concat_ids(segments)  # host: link moves only what a kernel reads
     rec = recompute_mask(segments, method)
     _synchronize(lm.device)
     t0 = time.perf_counter()
     if method.kind == "full":
-        logits, cache = _full(lm, ids, n + extra_capacity, pool)
+        logits, cache = _full(lm, to_device(ids, lm.device), n + extra_capacity, pool)
     elif method.kind == "cacheblend":
-        logits, cache, rec = cacheblend_link(lm, ids, segments, rec, method.ratio, n + extra_capacity, pool)
+        logits, cache, rec = cacheblend_link(lm, to_device(ids, lm.device), segments, rec, method.ratio,
+                                             n + extra_capacity, pool)
     else:
         logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity, pool)
     cache.length = n

@@ -14,7 +14,9 @@ import torch
 
 from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
-from ragpic.core.ops.attention import Band, query_bands, use_banded_attention, uses_banded_attention
+from ragpic.core.ops.attention import (ATTENTION_NAME, Band, BandPlan, call_cost_for, plan_bands, query_bands,
+                                      use_banded_attention, uses_banded_attention)
+from ragpic.core.ops.device import host_ints, normalize_device
 from ragpic.errors import UnsupportedModelError
 
 __all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "load_model", "wrap_model"]
@@ -37,6 +39,9 @@ class LoadedModel:
         fingerprint: identifies whose KV an entry is (architecture, weights, dtype, tokenizer).
         inv_freq: ``(D_rot/2,)`` fp32 inverse RoPE frequencies on ``device`` (scaling applied).
         context_window: the most positions the model was trained for.
+        call_cost: the price of one attention call in row x key pairs, for cutting bands
+            (None: the device's, :func:`ragpic.core.ops.attention.call_cost_for`; a huge value
+            gives one band per forward).
     """
 
     model: torch.nn.Module
@@ -49,18 +54,38 @@ class LoadedModel:
     num_kv_heads: int
     head_dim: int
     sliding_window: int | None = None
+    call_cost: int | None = None
 
     @property
     def banded_attention(self) -> bool:
         """Whether the model runs ragpic's banded SDPA now (its live attention setting)."""
         return uses_banded_attention(self.model)
 
-    def bands(self, positions: torch.Tensor) -> tuple[Band, ...] | None:
-        """Attention bands for query rows at ``(R,)`` positions; None when the model runs
-        another attention (``sdpa``, eager, flash), which then sees the full mask."""
+    def bands(self, positions: torch.Tensor | list[int]) -> tuple[Band, ...] | None:
+        """Attention bands for query rows at ``(R,)`` **host** (CPU) positions; None when the
+        model runs another attention (``sdpa``, eager, flash), which then sees the full mask.
+
+        Host positions: cutting bands reads every position, and reading a GPU tensor would
+        stall the host (:func:`~ragpic.core.ops.device.host_ints` refuses one).
+        """
         if not self.banded_attention:
             return None
-        return query_bands(positions.tolist(), sliding_window=self.sliding_window)
+        cost = self.call_cost if self.call_cost is not None else call_cost_for(self.device)
+        return query_bands(host_ints(positions), sliding_window=self.sliding_window, call_cost=cost)
+
+    def band_plan(self, host_positions: torch.Tensor | list[int], mask: torch.Tensor) -> BandPlan | None:
+        """:meth:`bands` with each band's slice of the ``(1, 1, R, N)`` ``mask`` built once per forward."""
+        bands = self.bands(host_positions)
+        if bands is None:
+            return None
+        groups = int(self.model.config.num_attention_heads) // self.num_kv_heads
+        return plan_bands(bands, mask, groups=groups, fold=self.device.type != "cpu")
+
+    def causal_kernel_ok(self, length: int) -> bool:
+        """Whether a forward over rows ``0..length-1`` may pass no mask and let SDPA's causal
+        kernel mask: the live attention is (ragpic's) SDPA and no sliding window cuts keys."""
+        impl = getattr(self.model.config, "_attn_implementation", None)
+        return impl in ("sdpa", ATTENTION_NAME) and (self.sliding_window is None or self.sliding_window >= length)
 
     @property
     def device(self) -> torch.device:
@@ -88,16 +113,39 @@ class LoadedModel:
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; accelerators get an explicit index
+    (``"cuda"`` -> ``cuda:0``), the form tensors report."""
     if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return normalize_device(device)
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
-    """fp32 on the CPU (fast and exact there); bf16 on GPUs that have it, else fp16."""
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
+def default_dtype(device: torch.device, bf16_native: bool | None = None) -> torch.dtype:
+    """fp32 on the CPU (fast and exact there); bf16 on GPUs that run it natively, else fp16.
+
+    ``bf16_native`` (default: asked of torch) must not count emulation: T4 and V100 "support"
+    bf16 through slow fp32 math kernels, where fp16 runs on tensor cores.
+    """
+    if device.type != "cuda":
+        return torch.float32
+    if bf16_native is None:
+        bf16_native = _cuda_bf16_native(device)
+    return torch.bfloat16 if bf16_native else torch.float16
+
+
+def _cuda_bf16_native(device: torch.device) -> bool:
+    try:
+        with torch.cuda.device(device):
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch < 2.4 has no including_emulation: ask the hardware (Ampere is sm_80)
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def load_kwargs(device: torch.device, dtype: torch.dtype) -> dict:
+    """``from_pretrained`` arguments that put the weights straight on ``device`` in ``dtype``:
+    no fp32 copy in host RAM first, no second pass to move it (``device_map`` needs accelerate,
+    a ragpic dependency)."""
+    return {"dtype": dtype, "device_map": str(device)}
 
 
 def check_supported(config) -> None:
@@ -193,5 +241,5 @@ def load_model(
     path = default_model_dir() if name == DEFAULT_MODEL else name
     check_supported(AutoConfig.from_pretrained(path))  # refuse before loading gigabytes
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
+    model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
     return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention)
