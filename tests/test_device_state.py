@@ -1,0 +1,168 @@
+"""Device state around link, on the CPU (issue 18): decode buffers, CacheBlend's masks, the
+slab pool's stream events and device names, dtype choice, loading straight to the device,
+and bf16 links held to a bf16 tolerance plus top-1 agreement."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from device_checks import BF16_RTOL, bf16_ok, compare_to_reference, converted
+from prompts import compile_texts, linked_prompt
+from ragpic.core import forward, model as model_mod
+from ragpic.core.decode_step import DecodeBuffers
+from ragpic.core.link import link
+from ragpic.core.model import default_dtype, load_kwargs, load_model, resolve_device
+from ragpic.core.ops import attention
+from ragpic.core.ops.attention import additive_mask
+from ragpic.core.ops.device import normalize_device
+from ragpic.core.ops.slab_pool import SlabPool
+from tiny import saved_tiny_model, tiny_lm
+
+
+# ----------------------------------------------------------------------------- decode
+@pytest.mark.parametrize("window", [None, 5, 64])
+def test_decode_mask_buffer_equals_a_mask_built_per_step(window):
+    lm = tiny_lm("mistral", sliding_window=window) if window else tiny_lm("llama")
+    bufs = DecodeBuffers(lm, prompt_len=37, steps=12)
+    assert bufs.mask.shape[-1] % 16 == 0
+    for i in range(12):
+        p = 37 + i
+        want = additive_mask(torch.tensor([p]), p + 1, dtype=lm.dtype, sliding_window=window)
+        assert torch.equal(bufs.step_mask(i), want), i
+        assert int(bufs.positions[i]) == p
+
+
+def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch):
+    """Item 4: a one-row step gets the buffer's mask view and no bands."""
+    lm = tiny_lm("llama", num_hidden_layers=2)
+    lm.model.generation_config.eos_token_id = None
+    segs = linked_prompt(lm, compile_texts(lm))
+    res = link(lm, segs, "legolink-2", extra_capacity=4)
+    from ragpic.core.decode import Sampling, decode_tokens
+
+    seen, built = [], []
+    real_step, real_mask = forward.step_inputs, forward.additive_mask
+    monkeypatch.setattr(forward, "step_inputs", lambda *a, **k: seen.append(real_step(*a, **k)) or seen[-1])
+    monkeypatch.setattr(forward, "additive_mask", lambda *a, **k: built.append(1) or real_mask(*a, **k))
+    tokens = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=4)))
+    assert len(tokens) == 4 and len(seen) == 3 and built == []
+    assert all("ragpic_bands" not in kw and kw["attention_mask"].shape[-2] == 1 for kw in seen)
+
+
+# ----------------------------------------------------------------------------- CacheBlend
+@pytest.mark.parametrize("attn,window", [("sdpa", None), ("eager", None), ("sdpa", 8)])
+def test_cacheblend_builds_step_inputs_twice_and_no_n_by_n_mask_when_sdpa_can_mask(attn, window, monkeypatch):
+    """Item 7: inputs once for layers 0-1 (causal kernel, no mask, when it can), once for the rest."""
+    kind, kw = ("mistral", {"sliding_window": window}) if window else ("llama", {})
+    lm = tiny_lm(kind, attn=attn, num_hidden_layers=5, **kw)
+    segs = linked_prompt(lm, compile_texts(lm))
+    n = sum(s.num_tokens for s in segs)
+    calls, masks = [], []
+    real_step, real_mask = forward.step_inputs, forward.additive_mask
+    monkeypatch.setattr(forward, "step_inputs",
+                        lambda *a, **k: calls.append(k.get("causal")) or real_step(*a, **k))
+    monkeypatch.setattr(forward, "additive_mask", lambda pos, length, **k: masks.append(pos.numel()) or real_mask(
+        pos, length, **k))
+    from ragpic.core import cacheblend
+
+    monkeypatch.setattr(cacheblend, "step_inputs", forward.step_inputs)
+    cb = link(lm, segs, "cacheblend-30")
+    assert calls == [True, None]
+    assert (n in masks) == (attn == "eager" or window is not None) and masks.count(n) <= 1
+    monkeypatch.undo()
+    assert torch.equal(cb.logits, link(lm, segs, "cacheblend-30").logits)
+    assert (link(lm, segs, "cacheblend-100").logits - link(lm, segs, "full").logits).abs().max() <= 1e-4
+
+
+# ----------------------------------------------------------------------------- slab pool
+def test_pool_waits_for_the_release_event_before_reusing_memory():
+    """Item 8: release records an event on the stream; the next user's stream waits for it."""
+    log = []
+    pool = SlabPool(record=lambda dev: log.append(("record", str(dev))) or f"event{len(log)}",
+                    wait=lambda ev, dev: log.append(("wait", ev)))
+    first = pool.cache(2, 2, 16, 50, dtype=torch.float32, device="cpu")
+    assert log == []  # fresh memory: nothing to wait for
+    pool.release(first)
+    again = pool.cache(2, 2, 16, 40, dtype=torch.float32, device=torch.device("cpu"))
+    assert log == [("record", "cpu"), ("wait", "event1")]
+    pool.release(again)
+    assert pool.idle_bytes == 2 * 2 * 2 * 50 * 16 * 4
+
+
+def test_cuda_and_cuda_0_are_one_device():
+    assert normalize_device("cuda", current_index=lambda t: 0) == torch.device("cuda:0")
+    assert normalize_device("cuda:1", current_index=lambda t: 0) == torch.device("cuda:1")
+    assert normalize_device("meta") == torch.device("meta") and normalize_device("cpu") == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+# ----------------------------------------------------------------------------- dtype and loading
+def test_bf16_only_where_the_gpu_runs_it_natively(monkeypatch):
+    """Item 6: emulated bf16 (T4, V100) is not bf16 support: those get fp16."""
+    asked = []
+
+    def emulated_only(including_emulation=True):  # a T4: bf16 only through emulation
+        asked.append(including_emulation)
+        return including_emulation
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", emulated_only)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    assert default_dtype(torch.device("cuda:0")) == torch.float16 and asked == [False]
+    assert default_dtype(torch.device("cuda:0"), bf16_native=True) == torch.bfloat16
+    assert default_dtype(torch.device("cpu")) == torch.float32
+
+
+def test_load_model_puts_weights_on_the_device_without_moving_them(tmp_path, monkeypatch):
+    """Item 10: from_pretrained gets device_map and dtype; no Module.to pass afterwards."""
+    assert load_kwargs(torch.device("cuda:0"), torch.bfloat16) == {"dtype": torch.bfloat16, "device_map": "cuda:0"}
+    folder = saved_tiny_model(tmp_path / "m")
+    calls = []
+    real_to = torch.nn.Module.to
+    monkeypatch.setattr(torch.nn.Module, "to",
+                        lambda self, *a, **k: calls.append(a or k) or real_to(self, *a, **k))
+    lm = load_model(str(folder), device="cpu", dtype="bfloat16")
+    assert calls == [] and lm.dtype == torch.bfloat16 and lm.device == torch.device("cpu")
+    assert lm.banded_attention
+
+
+# ----------------------------------------------------------------------------- bf16
+@pytest.mark.parametrize("kind,kw", [("llama", {}), ("qwen2", {}), ("mistral", {"sliding_window": 16}),
+                                     ("gemma", {})])
+def test_bf16_links_match_fp32_within_bf16_tolerance_and_top1(kind, kw):
+    """Item 9: every method plus 8 greedy tokens, bf16 (CPU) against the fp32 model."""
+    ref = tiny_lm(kind, num_hidden_layers=3, **kw)
+    ref.model.generation_config.eos_token_id = None
+    lm = converted(ref, "cpu", torch.bfloat16)
+    rows = compare_to_reference(lm, ref)
+    assert all(bf16_ok(r) for r in rows), rows
+    assert all(r["tokens"] == 8 for r in rows)
+
+
+def test_bf16_tolerance_catches_a_wrong_link(monkeypatch):
+    """The bf16 bound is tight enough to see a real bug: keys left unrotated fail it."""
+    ref = tiny_lm("llama", num_hidden_layers=3)
+    ref.model.generation_config.eos_token_id = None
+    lm = converted(ref, "cpu", torch.bfloat16)
+    from ragpic.core import cache_fill
+
+    real = cache_fill.rotate_keys
+    monkeypatch.setattr(cache_fill, "rotate_keys", lambda keys, delta, inv_freq, out: out.copy_(keys)
+                        if out.dtype == torch.bfloat16 else real(keys, delta, inv_freq, out=out))  # bf16 only
+    rows = compare_to_reference(lm, ref, methods=("legolink-2",))
+    assert rows[0]["rel"] > BF16_RTOL or not rows[0]["top1"], rows
+
+
+def test_bf16_with_folded_heads_matches_fp32(monkeypatch):
+    """The GPU's attention layout (heads folded into rows) in bf16."""
+    ref = tiny_lm("qwen2", num_hidden_layers=3)
+    ref.model.generation_config.eos_token_id = None
+    lm = converted(ref, "cpu", torch.bfloat16)
+    real_plan = model_mod.plan_bands
+    monkeypatch.setattr(model_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
+        bands, mask, groups=groups, fold=True))
+    monkeypatch.setattr(attention, "CALL_COST", 0)  # many bands, several of them folded and masked
+    rows = compare_to_reference(lm, ref, methods=("legolink-2", "naive", "cacheblend-30"))
+    assert all(bf16_ok(r) for r in rows), rows
