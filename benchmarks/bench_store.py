@@ -1,9 +1,9 @@
-"""Load throughput of stored chunk KV: hot tier, memory backend, diskcache, Redis.
+"""Load throughput of stored chunk KV: hot tier, memory backend, folder store, Redis.
 
 Geometry defaults to SmolLM2-135M (30 layers, 3 KV heads, head_dim 64) and 512-token
 chunks (11.25 MiB in fp16). Each tier is read through :class:`ragpic.cache.ChunkStore`
 with the hot tier disabled (except the ``hot`` row), so every read decodes and verifies
-the entry (sha256 + copy). diskcache reads come from the OS page cache after the first
+the entry (sha256 + copy). Folder reads come from the OS page cache after the first
 run; that is the steady state of a hot KV folder, not a cold disk.
 
     python benchmarks/bench_store.py [--chunks 8] [--runs 5] [--json out.json]
@@ -107,7 +107,7 @@ def run(*, chunks: int = 8, runs: int = 5, tokens: int = 512, layers: int = 30, 
                 tiers: dict[str, Callable[[], ChunkStore]] = {
                     "hot": lambda: ChunkStore(None, fingerprint=FP, memory_bytes=4 * chunks * kv_bytes, quant=quant),
                     "memory": lambda: ChunkStore(MemoryBackend(4 * chunks * kv_bytes), fingerprint=FP, memory_bytes=0, quant=quant),
-                    "diskcache": lambda: ChunkStore(DiskBackend(tmp / f"{dname}-{quant}", 1 << 34), fingerprint=FP,
+                    "folder": lambda: ChunkStore(DiskBackend(tmp / f"{dname}-{quant}", 1 << 34), fingerprint=FP,
                                                     memory_bytes=0, quant=quant),
                 }
                 if redis_url:

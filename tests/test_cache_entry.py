@@ -36,7 +36,9 @@ def test_int8_error_is_within_stated_bound(dtype: torch.dtype) -> None:
     mag = torch.logspace(-6, 3, 64).view(1, 1, 64, 1)
     kv = type(kv)(kv.token_ids, (kv.keys.float() * mag).to(dtype), (kv.values.float() * mag).to(dtype),
                   0, FP, "plain")
-    out, _ = decode(encode(kv, text=text, quant="int8"), fingerprint=FP)
+    raw, _ = decode(encode(kv, text=text, quant="int8"), fingerprint=FP)
+    assert raw.is_quantized and raw.keys.dtype == torch.int8 and raw.dtype == dtype  # stays int8 until link
+    out = raw.to("cpu", dtype)  # link's dequantization, on its device
     assert out.keys.dtype == dtype and out.values.dtype == dtype
     for orig, back in ((kv.keys, out.keys), (kv.values, out.values)):
         x, y = orig.float(), back.float()

@@ -121,17 +121,22 @@ def encode(kv: ChunkKV, *, text: str, quant: str = "none") -> bytes:
     """
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}: expected one of {QUANTS}")
+    if kv.is_quantized and quant == "none":  # int8 KV stored exactly: as what it stands for
+        kv = kv.to("cpu", kv.quant_dtype)
     if kv.keys.dtype != kv.values.dtype:
         raise ValueError(f"keys are {kv.keys.dtype} but values are {kv.values.dtype}")
-    dname = dtype_name(kv.keys.dtype)
+    dname = dtype_name(kv.dtype)
     shape = tuple(int(s) for s in kv.keys.shape)
     tensors: dict[str, torch.Tensor] = {"token_ids": kv.token_ids.to(torch.int64)}
     if quant == "none":
         tensors["keys"], tensors["values"] = kv.keys, kv.values
+    elif kv.is_quantized:  # already int8 (e.g. read from an int8 store): written as it is
+        tensors["keys"], tensors["key_scales"] = kv.keys, kv.key_scales
+        tensors["values"], tensors["value_scales"] = kv.values, kv.value_scales
     else:
         tensors["keys"], tensors["key_scales"] = quantize_int8(kv.keys)
         tensors["values"], tensors["value_scales"] = quantize_int8(kv.values)
-    layout = _layout(shape, kv.keys.dtype, quant)  # type: ignore[arg-type]
+    layout = _layout(shape, kv.dtype, quant)  # type: ignore[arg-type]
     payload = bytearray(sum(_nbytes(dt, sh) for _, dt, sh in layout))
     pos = 0
     for name, _, _ in layout:
@@ -226,8 +231,9 @@ def verify(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
 def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu") -> tuple[ChunkKV, str]:
     """Parse and verify entry bytes; return ``(kv, text)`` with ``kv`` on ``device``.
 
-    The tensors own their memory (one copy of the payload); int8 entries are dequantised to
-    the header's original dtype.
+    The tensors own their memory (one copy of the payload). int8 entries stay int8, with
+    their scales and ``quant_dtype`` (the header's original dtype): link dequantizes them on
+    its device, so half the bytes cross to it and the hot tier holds twice as many chunks.
 
     Raises:
         CorruptEntry: bad magic/version/length/checksum/shape.
@@ -252,14 +258,13 @@ def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu")
         t = torch.frombuffer(buf, dtype=dt, count=count, offset=pos) if count else torch.empty(0, dtype=dt)
         out[name] = t.view(sh)
         pos += n
-    if header["quant"] == "int8":
-        out["keys"] = dequantize_int8(out["keys"], out["key_scales"], dtype)
-        out["values"] = dequantize_int8(out["values"], out["value_scales"], dtype)
+    int8 = header["quant"] == "int8"
     try:
         kv = ChunkKV(
             token_ids=out["token_ids"], keys=out["keys"], values=out["values"],
             base_position=header["base_position"], fingerprint=header["fingerprint"],
-            recipe=header["recipe"],
+            recipe=header["recipe"], key_scales=out.get("key_scales"), value_scales=out.get("value_scales"),
+            quant_dtype=dtype if int8 else None,
         )
     except ValueError as exc:
         raise CorruptEntry(f"entry tensors are inconsistent: {exc}") from None

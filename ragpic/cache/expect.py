@@ -66,7 +66,7 @@ def check_expected(kv: ChunkKV, text: str, want: Expected) -> None:
         CorruptEntry: naming the first field that differs.
     """
     L, H, _, D = kv.keys.shape
-    got = (int(L), int(H), int(D), dtype_name(kv.keys.dtype))
+    got = (int(L), int(H), int(D), dtype_name(kv.dtype))
     exp = (want.layers, want.kv_heads, want.head_dim, want.dtype)
     if got != exp:
         raise CorruptEntry(f"entry shape (layers, kv_heads, head_dim, dtype) {got} is not the model's {exp}")
@@ -90,7 +90,7 @@ def verify_entry(key: str, data: bytes, *, fingerprint: str, verify_key: bool = 
     """
     try:
         kv, text = decode(data, fingerprint=fingerprint)
-        if verify_key and chunk_key(fingerprint, text, kv.recipe, kv.keys.dtype) != key:
+        if verify_key and chunk_key(fingerprint, text, kv.recipe, kv.dtype) != key:
             raise CorruptEntry("entry holds another chunk than its key names (misfiled)")
         check_recipe(kv)
         if expect is not None:
