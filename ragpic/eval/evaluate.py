@@ -61,7 +61,8 @@ def teacher_forced_logits(lm: LoadedModel, result: LinkResult, answer_ids: Seque
         n, a = result.num_tokens, len(answer_ids)
         pos = torch.arange(n, n + a, device=lm.device)
         ids = torch.as_tensor(list(answer_ids), dtype=torch.long, device=lm.device)
-        rows.append(forward_rows(lm, result.cache, ids, pos, n + a, logits_to_keep=0).float())
+        rows.append(forward_rows(lm, result.cache, ids, pos, n + a, logits_to_keep=0,
+                                 host_positions=torch.arange(n, n + a)).float())  # bands from the host: no sync
     return torch.cat(rows).cpu()
 
 
