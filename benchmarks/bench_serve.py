@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--words", type=int, default=230, help="words per chunk (~300 SmolLM2 tokens)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--deadline", type=float, default=900.0, help="seconds any one load run may take")
+    ap.add_argument("--burst-only", action="store_true", help="only the 8-stream burst (batched vs one at a time)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="ragpic-bench-serve-"))
@@ -168,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(HEAD)
                 if name in ("batched", "one-at-a-time"):
                     bursts.append(burst(urls, texts, args, name))
-                scenario(name, urls, texts, args, rows, first=i == 0)
+                if not args.burst_only:
+                    scenario(name, urls, texts, args, rows, first=i == 0)
             finally:
                 for p in procs:
                     p.stop()

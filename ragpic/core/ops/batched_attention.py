@@ -36,13 +36,17 @@ def batched_sdpa(module: torch.nn.Module, query: torch.Tensor, batch: BatchRows,
     """Per-row SDPA of ``(B, H, 1, D)`` queries; returns ``((B, 1, H, D) output, None)``.
 
     A decode token sees every key it is given (the window, if any, is cut by ``batch``), so
-    no mask is needed. GQA K/V are read in place (``enable_gqa``), never repeated per head.
+    no mask is needed. GQA K/V are read in place, never repeated per head.
     """
     kv = batch.rows(int(module.layer_idx))
     if len(kv) != query.shape[0]:
         raise ValueError(f"batched attention: {query.shape[0]} query rows but {len(kv)} caches")
-    gqa = query.shape[1] != kv[0][0].shape[1]
-    outs = [F.scaled_dot_product_attention(query[b:b + 1], k, v, dropout_p=dropout, scale=scaling, enable_gqa=gqa)
-            for b, (k, v) in enumerate(kv)]
-    out = torch.cat(outs, dim=0) if len(outs) > 1 else outs[0]
-    return out.transpose(1, 2).contiguous(), None
+    bsz, heads, _, dim = query.shape
+    kv_heads = kv[0][0].shape[1]
+    # The g = H / H_kv query heads sharing a KV head become g query *rows* of that head: one
+    # token sees every key, so no mask is needed and K/V are read once, never repeated per head.
+    q = query.reshape(bsz, kv_heads, heads // kv_heads, dim)
+    out = query.new_empty(bsz, kv_heads, heads // kv_heads, kv[0][1].shape[-1])
+    for b, (k, v) in enumerate(kv):
+        out[b:b + 1] = F.scaled_dot_product_attention(q[b:b + 1], k, v, dropout_p=dropout, scale=scaling)
+    return out.reshape(bsz, heads, 1, -1).transpose(1, 2).contiguous(), None
