@@ -71,8 +71,11 @@ def starts(prompt: str) -> list[int]:
 class TextIndex:
     """Chunk texts by anchor over a shared table (see :mod:`.text_index_tables`)."""
 
-    def __init__(self, table):
-        self.table = table
+    def __init__(self, table, spill=None):
+        """``spill``: a process-local table (``MemoryTable``) that takes the rows ``table``
+        refuses (a full disk, an outage), so this process still finds those chunks; the next
+        open refills the shared table from the store's catalog."""
+        self.table, self.spill = table, spill
         self._shorts: tuple[int, ...] = ()
         self._shorts_at = float("-inf")
         self._warned = False
@@ -90,9 +93,11 @@ class TextIndex:
         rows = [(anchor_of(t), Posting(k, len(t), text_digest(t)), t) for k, t in items.items() if t]
         try:
             self.table.add(rows)
-            self._shorts_at = float("-inf")
         except Exception as exc:
             self._failed("add", exc)
+            if self.spill is not None:
+                self.spill.add(rows)
+        self._shorts_at = float("-inf")
 
     def remove(self, keys: Sequence[str]) -> None:
         try:
@@ -108,9 +113,12 @@ class TextIndex:
             self._failed("texts_of", exc)
             return {}
 
+    def _tables(self) -> list:
+        return [self.table] + ([self.spill] if self.spill is not None and self.spill.count() else [])
+
     def _short_lengths(self) -> tuple[int, ...]:
         if time.monotonic() - self._shorts_at > SHORTS_REFRESH_S:  # other workers add short chunks too
-            self._shorts = tuple(sorted(self.table.short_lengths()))
+            self._shorts = tuple(sorted(set().union(*(t.short_lengths() for t in self._tables()))))
             self._shorts_at = time.monotonic()
         return self._shorts
 
@@ -133,7 +141,8 @@ class TextIndex:
                 if i + length <= n:
                     probes.setdefault(anchor_hash(prompt[i:i + length]), []).append(i)
         found: set[str] = set()
-        for anchor, postings in self.table.lookup(list(probes)).items():
+        hits = [item for t in self._tables() for item in t.lookup(list(probes)).items()]
+        for anchor, postings in hits:
             for i in probes.get(anchor, ()):
                 for p in postings:
                     piece = prompt[i:i + p.length]

@@ -39,8 +39,8 @@ def open_text_index(spec, store) -> TextIndex:
     (an O(store) pass, then never again); a table that cannot be opened falls back to memory."""
     try:
         table = _table(spec, store)
-        index = TextIndex(table)
-        if not table.filled:
+        index = TextIndex(table, spill=MemoryTable())
+        if not table.filled or _behind(table, store):
             n = index.fill_from(store.texts().items())
             table.mark_filled()
             if n:
@@ -54,3 +54,14 @@ def open_text_index(spec, store) -> TextIndex:
         except Exception as again:  # a store without a catalog: chunks are indexed as they are stored
             log.warning("chunk text index: the store's catalog is unreadable (%s)", again)
         return index
+
+
+def _behind(table, store) -> bool:
+    """Whether the index holds fewer chunks than the store: an add that failed (a full disk,
+    an outage) left stored chunks unindexed, so they would never be found without hints.
+    Both counts are cheap; the refill that follows is the one O(store) pass, and only then."""
+    try:
+        entries = (store.backend.stats() or {}).get("entries") if store.backend is not None else None
+        return entries is not None and table.count() < int(entries)
+    except Exception:  # a count the backend cannot give: trust the filled marker
+        return False

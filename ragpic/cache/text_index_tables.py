@@ -51,6 +51,10 @@ class MemoryTable:
     def mark_filled(self) -> None:
         self.filled = True
 
+    def count(self) -> int:
+        with self._lock:
+            return len(self._keys)
+
     def remove(self, keys: Sequence[str]) -> None:
         with self._lock:
             for key in keys:
@@ -99,6 +103,11 @@ class SqliteTable:
     def mark_filled(self) -> None:
         with self._lock:
             self._db.execute("INSERT OR IGNORE INTO filled VALUES (?)", (self.fp,))
+
+    def count(self) -> int:
+        """Chunks indexed for this fingerprint (compared with the store's on open)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM postings WHERE fp=?", (self.fp,)).fetchone()[0])
 
     def add(self, rows: Sequence[Row]) -> None:
         with self._lock:
@@ -184,6 +193,9 @@ class RedisTable:
 
     def mark_filled(self) -> None:
         self._r.set(self._f, "1")
+
+    def count(self) -> int:
+        return int(self._r.hlen(self._t))
 
     def add(self, rows: Sequence[Row]) -> None:
         for lo in range(0, len(rows), 1024):
