@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.text_stream import TextDelta, stream_text, _held_back
+from ragpic.core.text_stream import TextDelta, held_back, stream_text
 from ragpic.core.link import link
 from ragpic.core.segments import Segment
 from tiny import tiny_lm
@@ -74,7 +74,7 @@ def test_prefix_of_a_stop_string_is_released_when_it_does_not_complete():
     out = _deltas("a\nb", ["\nQ"])
     assert "".join(d.text for d in out) == "a\nb"
     assert out[-1].finish_reason == "eos"
-    assert _held_back("abc\nQu", ["\nQuestion"]) == 3
+    assert held_back("abc\nQu", ["\nQuestion"]) == 3
 
 
 def test_streaming_yields_incrementally_and_reports_length():

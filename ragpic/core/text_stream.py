@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 from ragpic.core.decode import Sampling
 
-__all__ = ["TextDelta", "stream_text"]
+__all__ = ["TextDelta", "held_back", "stop_hit", "stream_text"]
 
 
-def _stop_hit(text: str, stops: Sequence[str]) -> int:
+def stop_hit(text: str, stops: Sequence[str]) -> int:
     """Index where the earliest stop string starts in ``text``, or -1."""
     hits = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(hits) if hits else -1
 
 
-def _held_back(text: str, stops: Sequence[str]) -> int:
+def held_back(text: str, stops: Sequence[str]) -> int:
     """How many trailing chars might be the start of a stop string (not safe to emit yet)."""
     hold = 0
     for s in stops:
@@ -47,11 +47,11 @@ def stream_text(tokenizer, token_iter: Iterator[int], sampling: Sampling) -> Ite
         text = tokenizer.decode(ids, skip_special_tokens=True)
         if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next byte
             continue
-        cut = _stop_hit(text, sampling.stop)
+        cut = stop_hit(text, sampling.stop)
         if cut >= 0:
             yield TextDelta(text[emitted:cut], ids.copy(), "stop")
             return
-        safe = len(text) - _held_back(text, sampling.stop)
+        safe = len(text) - held_back(text, sampling.stop)
         if safe > emitted:
             yield TextDelta(text[emitted:safe], ids.copy())
             emitted = safe

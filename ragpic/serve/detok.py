@@ -10,24 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ragpic.core.text_stream import held_back, stop_hit  # one stop-string rule for both paths
+
 __all__ = ["Detokenizer"]
-
-
-def _stop_at(text: str, stops: Sequence[str]) -> int:
-    """Where the earliest stop string starts in ``text``, or -1."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else -1
-
-
-def _hold(text: str, stops: Sequence[str]) -> int:
-    """Trailing characters that may be the start of a stop string."""
-    hold = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:n]):
-                hold = max(hold, n)
-                break
-    return hold
 
 
 class Detokenizer:
@@ -51,11 +36,11 @@ class Detokenizer:
         text = self._decode()
         if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next byte
             return "", False
-        cut = _stop_at(text, self._stops)
+        cut = stop_hit(text, self._stops)
         if cut >= 0:
             out, self._emitted = text[self._emitted:cut], len(text)
             return out, True
-        safe = len(text) - _hold(text, self._stops)
+        safe = len(text) - held_back(text, self._stops)
         if safe <= self._emitted:
             return "", False
         out, self._emitted = text[self._emitted:safe], safe
