@@ -163,7 +163,7 @@ class RagPic:
         them (or when none is found) the store's catalog of chunk texts is searched.
         """
         method = parse_method(method or self.config.method)
-        matches, stats = match_chunks(text, hints, lambda: self.text_index.candidates(text), self.cacheable)
+        matches, stats = match_chunks(text, hints, lambda: self._stored_texts_in(text), self.cacheable)
         if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
         if method.kind == "full":  # the same token sequence the linked methods see, all computed
@@ -177,6 +177,12 @@ class RagPic:
             kvs.update(self._compile_and_store(missing, method))
             stats.compiled = len(missing)
         return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
+
+    def _stored_texts_in(self, text: str):
+        """Stored chunk texts to look for in ``text``: the text index's candidates, or the
+        store's catalog when the index cannot answer (its server stalled or is down)."""
+        found = self.text_index.candidates(text)
+        return found if found is not None else self.store.texts().values()
 
     # ----- generate -------------------------------------------------------------------
     def sampling(self, **overrides) -> Sampling:

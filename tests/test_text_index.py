@@ -82,16 +82,22 @@ def test_redis_table_is_shared_between_workers(redis_url):
     assert b.texts_of(["key2"]) == {"key2": texts["key2"]}
 
 
-def test_a_failing_table_matches_nothing_instead_of_failing():
+def test_a_failing_table_says_so_and_is_not_asked_again_at_once():
     class Down:
+        calls = 0
+
         def __getattr__(self, name):
             def fail(*a, **k):
+                Down.calls += 1
                 raise ConnectionError("store down")
             return fail
 
     index = TextIndex(Down())
     index.add({"k": "x" * 40})
-    assert index.candidates("x" * 80) == [] and index.texts_of(["k"]) == {}
+    # None: "ask the store's catalog instead" (the engine does), not "nothing matched"
+    assert index.candidates("x" * 80) is None and index.texts_of(["k"]) == {}
+    asked = Down.calls
+    assert index.candidates("x" * 80) is None and Down.calls == asked  # backing off: no second timeout
 
 
 def median_match_s(index: TextIndex, prompts: list[str]) -> float:

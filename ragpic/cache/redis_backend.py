@@ -128,6 +128,11 @@ class RedisBackend:
         return {"backend": "redis", "server": self._where, "prefix": self.prefix,
                 "ttl_s": None if self.ttl_ms is None else self.ttl_ms / 1000}
 
+    @property
+    def client(self):
+        """The redis-py client queries use (socket timeouts = the store's budget)."""
+        return self._r
+
     def close(self) -> None:
         self._r.close()
         if self._slow is not None:

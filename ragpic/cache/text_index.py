@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ragpic.cache.breaker import Breaker
+
 log = logging.getLogger("ragpic.cache")
 
 ANCHOR = 32
@@ -76,6 +78,7 @@ class TextIndex:
         refuses (a full disk, an outage), so this process still finds those chunks; the next
         open refills the shared table from the store's catalog."""
         self.table, self.spill = table, spill
+        self._breaker = Breaker()
         self._shorts: tuple[int, ...] = ()
         self._shorts_at = float("-inf")
         self._warned = False
@@ -122,13 +125,22 @@ class TextIndex:
             self._shorts_at = time.monotonic()
         return self._shorts
 
-    def candidates(self, prompt: str) -> list[str]:
-        """Stored chunk texts that occur in ``prompt`` (each an exact slice of it), in no order."""
+    def candidates(self, prompt: str) -> list[str] | None:
+        """Stored chunk texts that occur in ``prompt`` (each an exact slice of it), in no order;
+        ``None`` when the shared table cannot answer (the caller falls back to the store's own
+        catalog, which sits behind the store's breaker and budget). After a failure the table
+        is not asked again until a back-off that doubles has passed, so a stalled server costs
+        one timeout, not one per query."""
+        if not self._breaker.allow("read"):
+            return None
         try:
-            return self._candidates(prompt)
+            found = self._candidates(prompt)
         except Exception as exc:
             self._failed("lookup", exc)
-            return []
+            self._breaker.failure("read")
+            return None
+        self._breaker.success("read")
+        return found
 
     def _candidates(self, prompt: str) -> list[str]:
         probes: dict[str, list[int]] = {}

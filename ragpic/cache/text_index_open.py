@@ -24,10 +24,8 @@ def index_path(folder: str | Path) -> Path:
 def _table(spec, store):
     parsed = parse_store(spec)
     if parsed.kind == "redis" and store.backend is not None:
-        import redis
-
-        client = redis.Redis.from_url(parsed.target, socket_timeout=1.0, socket_connect_timeout=1.0)
-        return RedisTable(client, getattr(store.backend, "prefix", "ragpic:"), store.fingerprint)
+        # the store's own connections: the same short timeouts (the query budget) apply
+        return RedisTable(store.backend.client, getattr(store.backend, "prefix", "ragpic:"), store.fingerprint)
     if parsed.kind == "folder" and store.backend is not None:
         return SqliteTable(index_path(parsed.target), store.fingerprint)
     return MemoryTable()
