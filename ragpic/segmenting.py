@@ -39,7 +39,7 @@ def match_chunks(text: str, hints: Sequence[str] | None, catalog: Callable[[], I
         log.warning("%s", missing_hints_message(text, hints, changed))
     if not matches:
         matches = find_chunks(text, catalog())
-    matches = [m for m in matches if cacheable(m.text)]
+    matches = [m for m in matches if m.text in found or cacheable(m.text)]  # hints were checked above
     return matches, MatchStats(matched=len(matches), hinted=len(hints), hints_found=len(found))
 
 
