@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ragpic.core.ops import attention
+from ragpic.core.ops import sdpa as sdpa_mod
 from ragpic.core.ops.attention import banded_sdpa, grouped_sdpa, query_bands
 from ragpic.core.ops.attention import additive_mask
 from ragpic.core.link import link, recompute_mask
@@ -93,7 +94,7 @@ def test_link_runs_banded_attention_and_stays_exact(monkeypatch):
         return torch.nn.functional.scaled_dot_product_attention(*args, **kwargs)
 
     monkeypatch.setattr(attention, "CALL_COST", 0)  # one band per run of positions
-    monkeypatch.setattr(attention, "F", types.SimpleNamespace(scaled_dot_product_attention=counting_sdpa))
+    monkeypatch.setattr(sdpa_mod, "F", types.SimpleNamespace(scaled_dot_product_attention=counting_sdpa))
     segs = prompt_with(lm)
     n = sum(s.num_tokens for s in segs)
     full = link(lm, segs, "full")  # no bands: transformers' causal SDPA

@@ -18,6 +18,7 @@ from ragpic.core.decode import Sampling, decode_tokens
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import link
 from ragpic.core.ops import attention
+from ragpic.core.ops import sdpa as sdpa_mod
 from ragpic.core.ops.attention import (GPU_CALL_COST, additive_mask, banded_sdpa, call_cost_for, grouped_sdpa,
                                        plan_bands, query_bands)
 from ragpic.core.ops.device import host_ints, to_device
@@ -42,7 +43,7 @@ def _case(heads, kv_heads, rows, keys, dim, seed=0, dtype=torch.float32):
 @pytest.fixture
 def transposed_sdpa(monkeypatch):
     """SDPA returning the memory-efficient kernel's (non-contiguous) output layout."""
-    monkeypatch.setattr(attention, "F", types.SimpleNamespace(
+    monkeypatch.setattr(sdpa_mod, "F", types.SimpleNamespace(
         scaled_dot_product_attention=transposed_layout_sdpa(torch.nn.functional.scaled_dot_product_attention)))
 
 
@@ -109,7 +110,7 @@ def test_link_with_folded_heads_and_transposed_outputs_equals_link_on_the_cpu_pa
         bands, mask, groups=groups, fold=True))
     sdpa = transposed_layout_sdpa(torch.nn.functional.scaled_dot_product_attention)
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)  # transformers' too
-    monkeypatch.setattr(attention, "F", types.SimpleNamespace(scaled_dot_product_attention=sdpa))
+    monkeypatch.setattr(sdpa_mod, "F", types.SimpleNamespace(scaled_dot_product_attention=sdpa))
     for m, (logits, tokens) in expected.items():
         got_logits, got_tokens = run(m)
         assert (got_logits - logits).abs().max() <= 1e-4 and got_tokens == tokens, m

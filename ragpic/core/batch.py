@@ -122,11 +122,27 @@ def batched_decode_step(lm: LoadedModel, caches: Sequence[LinkedCache], tokens: 
     # A 4D mask passes through transformers' mask builder untouched; batched attention needs none.
     mask = torch.zeros((len(caches), 1, 1, 1), dtype=lm.dtype, device=dev)
     model = lm.model
-    out = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
-                ragpic_batch=batch, **{cache_kwarg(model): batch})
+    decoder = model.base_model
+    out = decoder(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
+                  ragpic_batch=batch, **{cache_kwarg(decoder): batch})
     if batch.layers_read != lm.num_layers:  # attention ignored ragpic_batch: the logits are wrong
         raise BatchNotHonoured(f"batched decode: attention read the per-row caches in {batch.layers_read} of "
                            f"{lm.num_layers} layers (ragpic_sdpa must delegate ragpic_batch to batched_sdpa)")
     for c, p in zip(caches, batch.positions):
         c.length = p + 1
-    return out.logits[:, -1].float()
+    return head_logits(model, out.last_hidden_state[:, -1]).float()
+
+
+def head_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """``(B, hidden)`` last hidden states -> ``(B, V)`` logits, as ``model``'s own head computes them.
+
+    A bias-free linear head is applied as ``W @ hidden^T``: the ``(V, hidden)`` weight is then
+    read row-major once for all B rows, where ``nn.Linear``'s ``hidden @ W^T`` makes the CPU BLAS
+    pack it first (SmolLM2's 113 MB head: 35 ms vs 16 ms at B = 8 on this CPU, the M = 1 cost).
+    Any other head (a bias, logit soft-capping) runs as the model defines it.
+    """
+    head = model.get_output_embeddings()
+    if type(head) is torch.nn.Linear and head.bias is None and not getattr(model.config, "final_logit_softcapping", None):
+        return (head.weight @ hidden.t()).t()
+    return head(hidden)
+

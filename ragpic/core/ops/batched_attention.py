@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
+
+from ragpic.core.ops.sdpa import grouped_sdpa
 
 __all__ = ["BatchRows", "batched_sdpa"]
 
@@ -41,12 +42,10 @@ def batched_sdpa(module: torch.nn.Module, query: torch.Tensor, batch: BatchRows,
     kv = batch.rows(int(module.layer_idx))
     if len(kv) != query.shape[0]:
         raise ValueError(f"batched attention: {query.shape[0]} query rows but {len(kv)} caches")
-    bsz, heads, _, dim = query.shape
-    kv_heads = kv[0][0].shape[1]
-    # The g = H / H_kv query heads sharing a KV head become g query *rows* of that head: one
-    # token sees every key, so no mask is needed and K/V are read once, never repeated per head.
-    q = query.reshape(bsz, kv_heads, heads // kv_heads, dim)
-    out = query.new_empty(bsz, kv_heads, heads // kv_heads, kv[0][1].shape[-1])
+    bsz, heads, _, _ = query.shape
+    out = query.new_empty(bsz, heads, 1, kv[0][1].shape[-1])
     for b, (k, v) in enumerate(kv):
-        out[b:b + 1] = F.scaled_dot_product_attention(q[b:b + 1], k, v, dropout_p=dropout, scale=scaling)
-    return out.reshape(bsz, heads, 1, -1).transpose(1, 2).contiguous(), None
+        # grouped_sdpa, not a fold of the g query heads into rows: on the CPU the fold leaves
+        # H_kv work items (3 for SmolLM2) to share the threads, enable_gqa gives H of them.
+        out[b:b + 1] = grouped_sdpa(query[b:b + 1], k, v, None, dropout, scaling)
+    return out.transpose(1, 2).contiguous(), None
