@@ -104,3 +104,63 @@ def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch)
         while not all(r.done for r in runs):
             running.step(engine, [r for r in runs if not r.done], batch=False)
     assert [r.result.token_ids for r in runs] == want
+
+
+class _Events:
+    """Stands in for a handler's loop and queue: records every event a job is sent, in order."""
+
+    def __init__(self, log: list, name: str, steps):
+        self.log, self.name, self.steps = log, name, steps
+
+    def call_soon_threadsafe(self, fn, item):
+        fn(item)
+
+    def put_nowait(self, item):  # on the scheduler thread: the step count is the one it acts on
+        self.log.append((self.name, item[0], item[1], self.steps()))
+
+
+def _job(log: list, name: str, prompt: str, method: str, n: int, steps):
+    from ragpic.serve.job import GenJob
+
+    job = GenJob(messages=None, prompt=prompt, sampling={"max_new_tokens": n}, method=method)
+    job.loop = job.events = _Events(log, name, steps)
+    return job
+
+
+@pytest.mark.parametrize("piece", [16, None])
+def test_a_full_link_runs_in_pieces_between_the_running_streams_steps(piece):
+    """While a new request's ``full`` link runs in pieces of ``piece`` rows, the running stream
+    takes a decode step after each piece (without pieces: none until the link ends); both answers
+    stay greedy-equal to running each request alone."""
+    import time as _time
+
+    from ragpic import Config, RagPic
+    from ragpic.serve.scheduler import Scheduler, wait_idle
+
+    engine = RagPic(Config(store=None, device="cpu", method="full"), lm=tiny_lm("llama"))
+    long_prompt = " ".join(PROMPTS * 3)
+    want_a = engine.generate(PROMPTS[0], chat=False, max_new_tokens=60).token_ids
+    want_b = engine.generate(long_prompt, chat=False, max_new_tokens=4).token_ids
+    assert len(want_a) == 60  # a stream that outlives the other request's link
+    sched = Scheduler(engine, max_batch=4, link_piece=piece).start()
+    try:
+        log: list = []
+        steps = lambda: sched.metrics.count("decode_steps")  # noqa: E731
+        sched.submit(_job(log, "a", PROMPTS[0], "full", 60, steps))
+        deadline = _time.monotonic() + 30
+        while not any(e[:2] == ("a", "linked") for e in log) and _time.monotonic() < deadline:
+            _time.sleep(0.001)
+        submitted = steps()
+        sched.submit(_job(log, "b", long_prompt, "full", 4, steps))
+        assert wait_idle(sched, 60)
+    finally:
+        sched.stop()
+    linked = {e[0]: e[3] for e in log if e[1] == "linked"}
+    steps_during_b = linked["b"] - submitted  # a's steps while b was linked
+    n_b = len(engine.lm.tokenizer(long_prompt, add_special_tokens=False)["input_ids"])
+    if piece is None:
+        assert steps_during_b <= 1  # a step may race the submit; then one whole link
+    else:
+        assert steps_during_b >= -(-n_b // piece) - 2  # one step per piece (but the last)
+    done = {e[0]: e[2] for e in log if e[1] == "done"}
+    assert done["a"].token_ids == want_a and done["b"].token_ids == want_b

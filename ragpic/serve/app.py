@@ -27,7 +27,8 @@ __all__ = ["ServeSettings", "create_app"]
 @dataclass(slots=True)
 class ServeSettings:
     """Server limits. ``model_id``: the name clients pass as ``model`` (the loaded model's name is
-    accepted too); ``max_prompt_tokens`` None: the model's context window."""
+    accepted too); ``max_prompt_tokens`` None: the model's context window; ``link_piece``: most
+    rows a link recomputes between two decode steps (None: links run whole)."""
 
     model_id: str
     api_key: str | None = None
@@ -35,15 +36,17 @@ class ServeSettings:
     max_queue: int = 64
     max_body_bytes: int = 4 << 20
     max_prompt_tokens: int | None = None
+    link_piece: int | None = 512
 
 
 def create_app(engine, settings: ServeSettings) -> FastAPI:
     """An app serving ``engine``; its scheduler thread starts and stops with the app."""
     metrics = Metrics()
     sched = Scheduler(engine, max_batch=settings.max_batch, max_queue=settings.max_queue,
-                      max_prompt_tokens=settings.max_prompt_tokens, metrics=metrics)
+                      max_prompt_tokens=settings.max_prompt_tokens, link_piece=settings.link_piece,
+                      metrics=metrics)
     metrics.gauges.update(queue_depth=("requests waiting to be linked", lambda: sched.queued),
-                          active_requests=("requests being decoded", lambda: sched.active))
+                          active_requests=("requests being linked or decoded", lambda: sched.active))
     completions = Completions(engine, sched, [settings.model_id, engine.lm.name], settings.max_body_bytes)
 
     @asynccontextmanager

@@ -36,6 +36,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--max-batch", type=at_least(1), default=8, help="requests decoded together (1: one at a time)")
     p.add_argument("--max-prompt-tokens", type=at_least(1), default=None,
                    help="longest prompt accepted (default: the model's context window)")
+    p.add_argument("--link-piece", type=at_least(0), default=512,
+                   help="most prompt rows a new request's link recomputes between two decode steps of the "
+                        "running ones (0: link whole; default 512)")
     p.add_argument("--max-body-mb", type=at_least(1), default=4, help="largest request body (default 4 MiB)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda:0...")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
                            device=args.device))
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_key=args.api_key,
                              max_batch=args.max_batch, max_queue=args.max_queue,
-                             max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens)
+                             max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,
+                             link_piece=args.link_piece or None)
     app = create_app(engine, settings)
     print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)

@@ -1,7 +1,8 @@
 """The model side of one request: link it, pick each token, step many of them together.
 
-:func:`admit` links a job's prompt (segments, store, compile on miss, link) and picks its
-first token from the link's logits; :func:`step` runs one decode forward for a list of
+:func:`begin` matches a job's prompt against the store (compiling misses) and plans its
+link, which the scheduler runs in pieces (:class:`ragpic.core.chunked_link.ChunkedLink`);
+:func:`start` then picks its first token from the link's logits (:func:`admit`: all three at once); :func:`step` runs one decode forward for a list of
 running requests: batched (:func:`ragpic.core.batch.batched_decode_step`) when the model
 supports it and there are several, else the engine's own single-request step. Both run on
 the scheduler thread, the only one that touches the model.
@@ -16,18 +17,18 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.core.batch import BatchNotHonoured, batched_decode_step, supports_batching
+from ragpic.core.chunked_link import ChunkedLink
 from ragpic.core.decode import Sampling, next_token
 from ragpic.core.decode_step import DecodeBuffers
-from ragpic.core.link import link
 from ragpic.core.methods import parse_method
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.errors import ContextOverflowError
-from ragpic.generation import Generation
+from ragpic.generation import Generation, MatchStats
 from ragpic.serve.detok import Detokenizer
 from ragpic.serve.job import GenJob
 
-__all__ = ["Running", "admit", "step"]
+__all__ = ["Linking", "Running", "admit", "begin", "start", "step"]
 
 
 @dataclass(slots=True)
@@ -60,22 +61,38 @@ def _text(engine, job: GenJob) -> str:
     return job.prompt
 
 
-def admit(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int) -> Running:
-    """Link ``job`` and emit its first token (``done`` when that ended it: EOS first...).
+@dataclass(slots=True)
+class Linking:
+    """A request whose link runs in pieces between the running requests' decode steps."""
+
+    job: GenJob
+    params: Sampling
+    stats: MatchStats
+    link: ChunkedLink
+
+
+def begin(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int, piece_rows: int | None = None) -> Linking:
+    """Match ``job``'s prompt against the store and plan its link (no model work yet, but
+    compiles of chunks missing from the store).
 
     Raises what the engine raises for a bad request (``ConfigError``, ``LinkError``...) and
     :class:`ContextOverflowError` for a prompt over ``max_prompt_tokens``.
     """
     method = parse_method(job.method or engine.config.method)
     params = engine.sampling(**job.sampling)
-    text = _text(engine, job)
-    segs, stats = engine.segments(text, job.hints, method)
+    segs, stats = engine.segments(_text(engine, job), job.hints, method)
     n = sum(s.num_tokens for s in segs)
     if n > max_prompt_tokens:
         raise ContextOverflowError(f"the prompt has {n} tokens, more than this server's limit of "
                                    f"{max_prompt_tokens} (--max-prompt-tokens): send fewer or shorter chunks")
-    res = link(engine.lm, segs, method, extra_capacity=params.max_new_tokens, pool=pool)
-    result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
+    return Linking(job, params, stats, ChunkedLink(engine.lm, segs, method, extra_capacity=params.max_new_tokens,
+                                                   pool=pool, piece_rows=piece_rows))
+
+
+def start(engine, linking: Linking) -> Running:
+    """The linked request, its first token emitted (``done`` when that ended it: EOS first...)."""
+    res, stats, job, params = linking.link.result, linking.stats, linking.job, linking.params
+    result = Generation(method=linking.link.method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
                         recomputed_tokens=res.recomputed, chunks_matched=stats.matched,
                         chunks_loaded=stats.loaded, chunks_compiled=stats.compiled,
                         cached_tokens=stats.cached_tokens, compiled_tokens=stats.compiled_tokens,
@@ -86,6 +103,14 @@ def admit(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int) -> Runnin
     job.send("linked", result)
     emit(engine, run, res.logits)
     return run
+
+
+def admit(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int) -> Running:
+    """Link ``job`` whole and emit its first token (:func:`begin`, the link, :func:`start`)."""
+    linking = begin(engine, job, pool, max_prompt_tokens)
+    while not linking.link.advance():
+        pass
+    return start(engine, linking)
 
 
 def emit(engine, run: Running, logits: torch.Tensor) -> None:

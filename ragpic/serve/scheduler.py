@@ -1,10 +1,11 @@
 """The scheduler thread: it owns the model and interleaves links with batched decode steps.
 
-Each turn of its loop: drop cancelled jobs; run queued model calls (``/v1/context_cache``
-compiles); link at most one waiting request (so the running ones wait for one link, never
-for a queue of them); then one decode forward for every running request (continuous
-batching, vLLM-style: a request joins the batch the step after its link and leaves it when it
-finishes). Requests beyond ``max_batch`` running wait, in arrival order, in a queue of at
+Each turn of its loop: run a queued model call (``/v1/context_cache`` compiles); take at
+most one waiting request into linking; run one piece of that link, at most ``link_piece``
+recomputed rows (so the running requests wait for one piece, never for a whole ``full``
+prefill or a queue of links; with nobody running, the link runs whole); drop cancelled jobs;
+then one decode forward for every running request (continuous batching, vLLM-style: a
+request joins the batch the step after its link and leaves it when it finishes). Requests beyond ``max_batch`` running wait, in arrival order, in a queue of at
 most ``max_queue``; past that :meth:`Scheduler.submit` raises :class:`QueueFull` (HTTP 429).
 
 A request that fails (bad prompt, store error, anything) gets its error as an event; the
@@ -25,7 +26,7 @@ import torch
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
-from ragpic.serve.running import Running, admit, step
+from ragpic.serve.running import Linking, Running, begin, start, step
 
 __all__ = ["QueueFull", "Scheduler"]
 
@@ -44,18 +45,20 @@ class Scheduler:
         max_batch: most requests decoded together (1: one at a time, the unbatched baseline).
         max_queue: most requests waiting to be linked.
         max_prompt_tokens: longest prompt accepted (tokens).
+        link_piece: most rows a link recomputes between two decode steps (None: links run whole).
         metrics: where it counts what it does.
     """
 
     def __init__(self, engine, *, max_batch: int = 8, max_queue: int = 64, max_prompt_tokens: int | None = None,
-                 metrics: Metrics | None = None):
-        self.engine, self.max_batch, self.max_queue = engine, max_batch, max_queue
+                 link_piece: int | None = 512, metrics: Metrics | None = None):
+        self.engine, self.max_batch, self.max_queue, self.link_piece = engine, max_batch, max_queue, link_piece
         self.max_prompt_tokens = max_prompt_tokens or engine.context_window
         self.metrics = metrics or Metrics()
         self.pool = SlabPool(max_idle=max_batch)  # the running requests' cache memory, reused
         self._waiting: collections.deque[GenJob] = collections.deque()
         self._calls: collections.deque[tuple[Callable[[], object], concurrent.futures.Future]] = collections.deque()
         self._running: list[Running] = []
+        self._linking: Linking | None = None  # the one request being linked, piece by piece
         self._wake = threading.Condition()
         self._stop = False
         self._batching = True  # off for good if the model's attention ignores batched steps
@@ -94,7 +97,7 @@ class Scheduler:
 
     @property
     def active(self) -> int:
-        return len(self._running)
+        return len(self._running) + (self._linking is not None)
 
     # -- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -102,16 +105,19 @@ class Scheduler:
             self._turns()
         for r in self._running:  # shutting down
             self._release(r)
+        if self._linking is not None:
+            self._linking.link.abandon()
 
     def _turns(self) -> None:
         while True:
             with self._wake:
-                while not (self._stop or self._waiting or self._calls or self._running):
+                while not (self._stop or self._waiting or self._calls or self._running or self._linking):
                     self._wake.wait()
                 if self._stop:
                     break
                 call = self._calls.popleft() if self._calls else None
-                job = self._waiting.popleft() if self._waiting and len(self._running) < self.max_batch else None
+                free = self._linking is None and len(self._running) < self.max_batch
+                job = self._waiting.popleft() if self._waiting and free else None
             try:
                 self._turn(call, job)
             except Exception:  # a bookkeeping bug must not stop the server's only model thread
@@ -121,7 +127,9 @@ class Scheduler:
         if call is not None:
             self._run_call(*call)
         if job is not None and not job.cancelled:
-            self._admit(job)
+            self._begin(job)
+        if self._linking is not None:
+            self._link_piece()
         self._drop_cancelled()
         if self._running:
             self._step()
@@ -134,11 +142,31 @@ class Scheduler:
         except BaseException as exc:  # the caller gets it; the loop goes on
             fut.set_exception(exc)
 
-    def _admit(self, job: GenJob) -> None:
+    def _begin(self, job: GenJob) -> None:
         try:
-            run = admit(self.engine, job, self.pool, self.max_prompt_tokens)
+            self._linking = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece)
         except Exception as exc:
             self._fail(job, exc, where="link")
+
+    def _link_piece(self) -> None:
+        linking, self._linking = self._linking, None
+        if linking.job.cancelled:
+            linking.link.abandon()
+            self.metrics.inc("requests", outcome="cancelled")
+            return
+        try:
+            # One piece while others decode; with nobody decoding there is no one to wait for.
+            while not linking.link.advance() and not self._running:
+                pass
+            if not linking.link.done:
+                self._linking = linking
+                return
+            run = start(self.engine, linking)
+        except Exception as exc:
+            linking.link.abandon()
+            if linking.link.result is not None:  # linked, but no running request took the cache
+                self.pool.release(linking.link.result.cache)
+            self._fail(linking.job, exc, where="link")
             return
         self._count_link(run)
         if run.done:  # finished at its first token
