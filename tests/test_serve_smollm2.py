@@ -131,6 +131,32 @@ def test_llamaindex_openai_like_in_a_query_engine(workers, engine):
     assert "".join(streaming.query(QUESTION).response_gen).strip() == want.text.strip()
 
 
+def test_concurrent_rag_requests_equal_each_alone_on_smollm2(workers, engine):
+    """Three RAG requests at once on one worker are decoded in shared batched steps, and each gets
+    the greedy tokens the in-process engine gives it alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    questions = [QUESTION, "Where is Alcatraz Island?", "What does the Golden Gate Bridge span?"]
+    context = "\n\n".join(PASSAGES)
+    bodies = [{"model": MODEL, "max_tokens": 12, "messages": [
+        {"role": "user", "content": f"Answer using the passages.\n\n{context}\n\nQuestion: {q}"}]} for q in questions]
+    with workers[0].client() as c:
+        before = c.get("/metrics").text
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            rs = list(pool.map(lambda b: c.post("/v1/chat/completions", json=b), bodies))
+        after = c.get("/metrics").text
+    assert all(r.status_code == 200 for r in rs), [r.text for r in rs]
+    got = [r.json()["ragpic"]["token_ids"] for r in rs]
+    assert got == [in_process(engine, b).token_ids for b in bodies]
+    assert all(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 for r in rs)
+    assert _batched_steps(after) > _batched_steps(before)  # some decode forwards served more than one
+
+
+def _batched_steps(metrics: str) -> int:
+    rows = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line.startswith("ragpic_decode_batch_size_"))
+    return int(rows["ragpic_decode_batch_size_count"]) - int(rows['ragpic_decode_batch_size_bucket{le="1"}'])
+
+
 def test_killing_a_worker_mid_stream_leaves_the_other_serving(workers):
     a, b = workers
     body = {"model": MODEL, "max_tokens": 200, "stream": True,
