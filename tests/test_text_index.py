@@ -128,6 +128,7 @@ def test_matching_time_does_not_grow_with_the_store(kind, tmp_path):
           f"{results['100k'] * 1e3:.2f} ms at 100k")
     # A scan of the stored texts would grow 100x; an index lookup grows with the B-tree's depth
     # and cache misses only. Timings on a shared 2-core CPU vary run to run (SQLite measured
-    # 1.3x-2.8x), so the test's bound is loose and the 2x figure is reported, not asserted.
+    # 1.1x-1.5x with its index memory-mapped, up to 2.8x under load before), so the test's
+    # bound is loose and the 2x figure is reported (-s), not asserted.
     assert results["100k"] <= 10 * results["1k"], results
     assert len(prompts[0]) > ANCHOR

@@ -93,6 +93,10 @@ class SqliteTable:
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
+            # Index pages read through the OS page cache, shared by every worker on the machine,
+            # not copied into each connection's 2 MB cache: matching at 100k chunks measured
+            # 1.1-1.5x that at 1k with it, 1.5-2.3x without (tests/test_text_index.py -s).
+            self._db.execute("PRAGMA mmap_size=268435456")
             self._db.executescript(_SCHEMA)
 
     @property
