@@ -13,7 +13,7 @@ from ragpic.errors import ConfigError
 __all__ = ["Config", "cache_dir", "kv_folder"]
 
 KV_QUANTS = ("none", "int8")
-DTYPES = (None, "float32", "bfloat16", "float16")
+DTYPES = (None, "auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(slots=True)
@@ -23,11 +23,13 @@ class Config:
     Attributes:
         model: HF folder / cached hub id, or ``None`` for the embedded SmolLM2-135M-Instruct.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda:1"``...
-        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``None`` (fp32 on CPU, bf16 on GPU).
+        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"``, ``None`` (fp32 on CPU, bf16 on GPU)
+            or ``"auto"`` (also bf16 on a CPU with native bf16 instructions, AVX512_BF16/AMX).
         method: link method: ``legolink-<k>`` (default ``legolink-16``), ``legolink-0``,
             ``naive``, ``cacheblend-<percent>`` or ``full``.
         store: where compiled KV lives: a folder (put it beside your vector index, see
-            :func:`kv_folder`), ``redis://host:port/db`` (shared by several workers), or
+            :func:`kv_folder`), ``redis://host:port/db`` (shared by several workers),
+            ``redis-cluster://host:port,host:port`` (a Redis Cluster), or
             ``None`` (memory only).
         store_size_limit_gb: disk budget of a folder store (LRU eviction past it).
         memory_cache_mb: hot in-memory tier in front of the store.
@@ -63,7 +65,7 @@ class Config:
         if self.kv_quant not in KV_QUANTS:
             raise ConfigError(f"kv_quant must be one of {KV_QUANTS}, got {self.kv_quant!r}")
         if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype must be float32, bfloat16, float16 or None, got {self.dtype!r}")
+            raise ConfigError(f"dtype must be float32, bfloat16, float16, auto or None, got {self.dtype!r}")
         for name in ("max_new_tokens", "batch_tokens", "min_chunk_tokens"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)

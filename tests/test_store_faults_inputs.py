@@ -23,7 +23,7 @@ from ragpic.errors import ConfigError
 from tiny import tiny_lm
 
 WHAT = r"pass a folder path \(e\.g\. ragpic\.kv_folder\('my_index'\)\), 'redis://host:6379/0' \(or rediss://\), " \
-       r"or None for memory only"
+       r"'redis-cluster://host:7000,host:7001', or None for memory only"
 
 
 @pytest.mark.parametrize("spec, message", [

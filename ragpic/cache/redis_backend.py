@@ -1,4 +1,4 @@
-"""RedisBackend: entry bytes in a (standalone) Redis server shared by several machines.
+"""RedisBackend: entry bytes in a Redis server (or a Redis Cluster) shared by several machines.
 
 Keys, for a store key ``k`` and prefix ``p``::
 
@@ -6,13 +6,21 @@ Keys, for a store key ``k`` and prefix ``p``::
     p + "meta:" + k            the payload length as ASCII; written *after* the payload
     p + "catalog:" + fp        hash  key -> chunk text  (see ChunkStore.texts())
 
+On a Redis Cluster (``redis-cluster://host:port,...``) the entry keys carry a hash tag,
+``p + "kv:{" + k + "}"`` and ``p + "meta:{" + k + "}"``, so both keys of one entry live in one
+slot (one node): the presence check reads both in one command, and "payload before meta"
+is an order on one node. Entries spread over the cluster's slots by their content key.
+A transaction cannot span slots there, so the meta keys are written (after every payload)
+and then the catalog rows: a crash between the two leaves entries that hints find but
+prompt matching does not, until ``ragpic store check --repair`` rebuilds the catalog.
+
 An entry is stored when both its payload and its meta key exist: readers and
 :meth:`contains_many` check both, so a meta key whose payload was lost (evicted, expired,
 deleted) reads as absent and the chunk is compiled and written again instead of being
 reported present forever. Payloads are written first; then each meta key and its catalog
 row are written together in one ``MULTI`` transaction, so the catalog and the entries
-cannot disagree. Deletes remove meta first. With ``ttl_s`` both keys expire (meta a
-little later than payload, which reads as a miss). Redis Cluster is not supported.
+cannot disagree (on a standalone server). Deletes remove meta first. With ``ttl_s`` both
+keys expire (meta a little later than payload, which reads as a miss).
 
 Timeouts: a query waits at most ``timeout_s`` for any one socket operation (default
 0.25 s) and redis-py's retries are off, so a stalled server costs one bounded wait; the
@@ -30,13 +38,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ragpic.cache.entry import read_header
+from ragpic.cache.spec import cluster_nodes
 
 
 class RedisBackend:
     """Pipelined Redis store of entry bytes.
 
     Args:
-        url: ``redis://[:password@]host:port/db`` (also ``rediss://``).
+        url: ``redis://[:password@]host:port/db`` (also ``rediss://``), or
+            ``redis-cluster://[:password@]host:port,...`` for a Redis Cluster.
         prefix: namespace for every key this backend touches.
         ttl_s: optional expiry of each entry, in seconds.
         timeout_s: socket and connect timeout of query-path calls.
@@ -49,31 +59,45 @@ class RedisBackend:
                  ingest_timeout_s: float = 30.0) -> None:
         self.prefix = prefix
         self.ttl_ms = None if ttl_s is None else max(1, int(ttl_s * 1000))
+        self.cluster = url.lower().startswith("redis-cluster://")
+        self._tag = ("{", "}") if self.cluster else ("", "")
         self._r = self._client(url, timeout_s)
         self._url, self._ingest_timeout_s = url, ingest_timeout_s
-        self._slow: redis.Redis | None = None
-        kw = self._r.connection_pool.connection_kwargs
-        self._where = kw.get("path") or f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
+        self._slow = None
+        if self.cluster:
+            self._where = "cluster " + ",".join(f"{h}:{p}" for h, p in cluster_nodes(url)[0])
+        else:
+            kw = self._r.connection_pool.connection_kwargs
+            self._where = kw.get("path") or f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
 
-    @staticmethod
-    def _client(url: str, timeout_s: float) -> redis.Redis:
+    def _client(self, url: str, timeout_s: float):
+        if self.cluster:
+            from redis.cluster import ClusterNode, RedisCluster
+
+            nodes, password = cluster_nodes(url)
+            # No retries: a dead node costs one bounded wait, then the store's breaker skips Redis.
+            return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], password=password,
+                                socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                retry=Retry(NoBackoff(), 0), cluster_error_retry_attempts=0)
         return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                                     retry=Retry(NoBackoff(), 0), retry_on_timeout=False)
 
-    def _ingest(self) -> redis.Redis:
+    def _ingest(self):
         if self._slow is None:
             self._slow = self._client(self._url, self._ingest_timeout_s)
         return self._slow
 
     def is_unreachable(self, exc: BaseException) -> bool:
-        """Timeouts and connection failures: the server is down for reads and writes alike."""
-        return isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
+        """Timeouts, connection failures and a cluster that lost slots: down for reads and writes alike."""
+        from redis.exceptions import ClusterDownError, RedisClusterException
+
+        return isinstance(exc, (redis.ConnectionError, redis.TimeoutError, ClusterDownError, RedisClusterException))
 
     def _kv(self, key: str) -> str:
-        return f"{self.prefix}kv:{key}"
+        return f"{self.prefix}kv:{self._tag[0]}{key}{self._tag[1]}"
 
     def _meta(self, key: str) -> str:
-        return f"{self.prefix}meta:{key}"
+        return f"{self.prefix}meta:{self._tag[0]}{key}{self._tag[1]}"
 
     def _catalog(self, fingerprint: str) -> str:
         return f"{self.prefix}catalog:{fingerprint}"
@@ -83,9 +107,16 @@ class RedisBackend:
         if not keys:
             return []
         pipe = self._r.pipeline(transaction=False)
-        pipe.mget([self._meta(k) for k in keys])
-        pipe.mget([self._kv(k) for k in keys])
-        metas, payloads = pipe.execute()
+        if self.cluster:  # an MGET cannot span slots: one GET per key, grouped per node by the pipeline
+            for k in keys:
+                pipe.get(self._meta(k))
+                pipe.get(self._kv(k))
+            out = pipe.execute()
+            metas, payloads = out[0::2], out[1::2]
+        else:
+            pipe.mget([self._meta(k) for k in keys])
+            pipe.mget([self._kv(k) for k in keys])
+            metas, payloads = pipe.execute()
         return [p if m is not None and p is not None else None for m, p in zip(metas, payloads)]
 
     def put_many(self, items: Mapping[str, bytes], *, patient: bool = False) -> None:
@@ -102,11 +133,18 @@ class RedisBackend:
         for key, value in items.items():
             pipe.set(self._kv(key), value, px=self.ttl_ms)
         pipe.execute()  # every payload is stored before any of their meta keys
-        pipe = r.pipeline(transaction=True)
+        pipe = r.pipeline(transaction=not self.cluster)  # a cluster has no cross-slot MULTI
         for key, value in items.items():
             pipe.set(self._meta(key), str(len(value)), px=self.ttl_ms)
-            pipe.hset(self._catalog(heads[key]["fingerprint"]), key, heads[key]["text"])
+            if not self.cluster:
+                pipe.hset(self._catalog(heads[key]["fingerprint"]), key, heads[key]["text"])
         pipe.execute()
+        if self.cluster:  # each catalog is one hash (one slot): its rows land together, after the metas
+            rows: dict[str, dict[str, str]] = {}
+            for key in items:
+                rows.setdefault(heads[key]["fingerprint"], {})[key] = heads[key]["text"]
+            for fp, mapping in rows.items():
+                r.hset(self._catalog(fp), mapping=mapping)
 
     def contains(self, key: str) -> bool:
         return self.contains_many([key])[0]
@@ -125,7 +163,7 @@ class RedisBackend:
         self._r.delete(self._kv(key))
 
     def stats(self) -> dict[str, Any]:
-        return {"backend": "redis", "server": self._where, "prefix": self.prefix,
+        return {"backend": "redis-cluster" if self.cluster else "redis", "server": self._where, "prefix": self.prefix,
                 "ttl_s": None if self.ttl_ms is None else self.ttl_ms / 1000}
 
     @property
@@ -164,11 +202,11 @@ class RedisBackend:
     # -- for `ragpic store check` ------------------------------------------------------------
     def scan_keys(self) -> Iterator[tuple[str, str]]:
         """``(kind, key)`` for every ``kv:`` / ``meta:`` key under the prefix (SCAN, not KEYS)."""
-        for name in self._r.scan_iter(match=f"{self.prefix}*", count=1000):
+        for name in self._r.scan_iter(match=f"{self.prefix}*", count=1000):  # every primary, on a cluster
             rest = name.decode("utf-8", "replace")[len(self.prefix):]
             kind, _, key = rest.partition(":")
             if kind in ("kv", "meta"):
-                yield kind, key
+                yield kind, key.removeprefix(self._tag[0]).removesuffix(self._tag[1])
 
     def catalogs(self) -> dict[str, dict[str, str]]:
         """Every fingerprint's catalog hash under the prefix."""

@@ -2,6 +2,8 @@
 
 - ``None`` or ``"memory"``: memory only.
 - ``redis://[:password@]host:port/db`` or ``rediss://...``: a Redis server.
+- ``redis-cluster://[:password@]host:port[,host:port...]``: a Redis Cluster (any nodes of it;
+  the client discovers the rest).
 - a folder path (``str`` or ``os.PathLike``); ``~`` is expanded; ``file:///abs/path`` too.
 
 Refused with a :class:`ragpic.errors.ConfigError` naming ``store``: an empty or blank
@@ -21,7 +23,7 @@ from ragpic.errors import ConfigError
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _WHAT = ("pass a folder path (e.g. ragpic.kv_folder('my_index')), 'redis://host:6379/0' "
-         "(or rediss://), or None for memory only")
+         "(or rediss://), 'redis-cluster://host:7000,host:7001', or None for memory only")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,9 @@ def parse_store(spec: object) -> StoreSpec:
     scheme = m.group(1).lower()
     if scheme in ("redis", "rediss"):
         return StoreSpec("redis", _check_redis(text))
+    if scheme == "redis-cluster":
+        cluster_nodes(text)  # raises for a malformed node list
+        return StoreSpec("redis", text)
     if scheme == "file":
         url = urlparse(text)
         if url.netloc not in ("", "localhost") or not url.path:
@@ -75,3 +80,24 @@ def _check_redis(url: str) -> str:
     except ValueError as exc:
         raise ConfigError(f"store={url!r} is not a valid Redis URL ({exc}): pass redis://host:port/db") from None
     return url
+
+
+def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None]:
+    """``redis-cluster://[:password@]h1:p1,h2:p2`` -> ``([(h1, p1), (h2, p2)], password)``.
+
+    Raises:
+        ConfigError: naming ``store``, for an empty node list or a node without a numeric port.
+    """
+    rest = url.split("://", 1)[1].split("/", 1)[0]
+    password = None
+    if "@" in rest:
+        auth, rest = rest.rsplit("@", 1)
+        password = unquote(auth.split(":", 1)[-1]) or None
+    nodes = []
+    for part in (p.strip() for p in rest.split(",")):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"store={url!r}: cluster node {part!r} is not host:port; pass "
+                              f"redis-cluster://host:7000,host:7001 (any nodes of the cluster)")
+        nodes.append((host, int(port)))
+    return nodes, password

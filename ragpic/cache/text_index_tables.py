@@ -190,6 +190,9 @@ class RedisTable:
         self._a, self._t, self._k, self._s, self._f = (base + s for s in ("a", "t", "k", "s", "filled"))
         self._append = client.register_script(_APPEND)
         self._drop = client.register_script(_DROP)
+        # A cluster pipeline refuses scripts (EVALSHA): there the append runs after the pipeline,
+        # on the one node that holds the postings hash.
+        self._scripts_in_pipeline = not hasattr(client, "get_nodes")
 
     @property
     def filled(self) -> bool:
@@ -210,8 +213,12 @@ class RedisTable:
             shorts = {p.length for _, p, _ in part if p.length < ANCHOR}
             if shorts:
                 pipe.sadd(self._s, *shorts)
-            self._append(keys=[self._a], args=[x for a, p, _ in part for x in (a, p.encode())], client=pipe)
+            args = [x for a, p, _ in part for x in (a, p.encode())]
+            if self._scripts_in_pipeline:
+                self._append(keys=[self._a], args=args, client=pipe)
             pipe.execute()
+            if not self._scripts_in_pipeline:
+                self._append(keys=[self._a], args=args)
 
     def remove(self, keys: Sequence[str]) -> None:
         anchors = self._r.hmget(self._k, list(keys)) if keys else []
