@@ -42,6 +42,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="HF model folder or cached hub id (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", type=device_name, default="auto", help="auto (CUDA if present), cpu, cuda:0 ...")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
+                   help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
+                        "native bf16, AVX512_BF16/AMX)")
     p.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the full results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -78,9 +81,23 @@ def add_bench_parser(sub) -> None:
                    help="comma list (default: full,naive,legolink-0,legolink-<k>,cacheblend-15)")
     b.add_argument("--haystack", default=None, help="folder of .txt files (default: the essays in ragpic/data/haystack)")
     b.add_argument("--no-memory", action="store_true", help="skip the profiled peak-memory pass")
+    b.add_argument("--peers", type=_peer_list, default=[],
+                   help="reference prefills on the same ids, timed beside the methods: hf-generate "
+                        "(plain transformers), llama.cpp (needs llama-cpp-python)")
+    b.add_argument("--gguf", default=None, help="GGUF file for --peers llama.cpp (default: the embedded model's)")
     b.add_argument("--plot", default=None, metavar="OUT.png")
     add_model_args(b)
     b.set_defaults(func=cmd_bench, check=check_bench)
+
+
+def _peer_list(value: str) -> list[str]:
+    from ragpic.eval.peers import PEERS
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in PEERS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown peer {bad[0]!r}: choose from {', '.join(PEERS)}")
+    return names
 
 
 def build_needle_parser() -> argparse.ArgumentParser:
@@ -156,6 +173,14 @@ def check_bench(args) -> None:
     short = [t for t in args.context_tokens if t <= args.query_tokens]
     if short:
         raise UsageError(f"--context-tokens {short[0]}: must exceed --query-tokens ({args.query_tokens})")
+    if "llama.cpp" in args.peers:
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise UsageError("--peers llama.cpp: llama-cpp-python is not installed (pip install "
+                             "llama-cpp-python, which builds llama.cpp from source); or drop that peer")
+        if args.gguf is not None and not Path(args.gguf).is_file():
+            raise UsageError(f"--gguf {args.gguf}: no such file")
 
 
 # ----- commands -------------------------------------------------------------------------------
@@ -190,7 +215,7 @@ def _load(args):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_model(args.model, device=args.device)
+    return load_model(args.model, device=args.device, dtype=args.dtype)
 
 
 def cmd_eval(args) -> int:
@@ -224,11 +249,14 @@ def cmd_needle(args) -> int:
 def cmd_bench(args) -> int:
     from ragpic.eval.bench import format_table, plot_bench, run_bench
 
+    from ragpic.eval.peers import make_peer
+
     lm = _load(args)
+    peers = {name: make_peer(name, lm, gguf=args.gguf, n_ctx=max(args.context_tokens)) for name in args.peers}
     result = run_bench(lm, haystack_dir=args.haystack, context_tokens=args.context_tokens,
                        chunk_tokens=args.chunk_tokens, k=args.k, query_tokens=args.query_tokens,
                        repeats=args.repeats, methods=args.methods, measure_memory=not args.no_memory,
-                       progress=_progress(args))
+                       progress=_progress(args), peers=peers)
     print(format_table(result))
     _write_json(args.json_out, result)
     if args.plot:

@@ -87,3 +87,41 @@ def test_cli_bench(tmp_path, capsys):
     assert {r["method"] for r in data["rows"]} == {"full", "naive", "legolink-2"}
     assert all(r["peak_mem_mb"] is None for r in data["rows"])  # NaN -> null in JSON
     assert "ttft_s" in capsys.readouterr().out
+
+
+def test_bench_times_the_hf_generate_peer_on_fulls_ids_and_restores_the_attention():
+    """Issue 17, item 3: a reference prefill outside ragpic, in the same rotation as the methods."""
+    from tiny import TEXT, tiny_lm
+
+    from ragpic.eval.bench import format_table, run_bench
+    from ragpic.eval.peers import hf_generate
+
+    lm = tiny_lm("llama")
+    calls = []
+    hf = hf_generate(lm)
+
+    def peer(ids):
+        calls.append(list(ids))
+        assert lm.model.config._attn_implementation == "ragpic_sdpa"  # switched only inside the call
+        return hf(ids)
+
+    res = run_bench(lm, text=TEXT * 8, context_tokens=[96], chunk_tokens=32, query_tokens=8, repeats=3,
+                    methods=["legolink-4"], measure_memory=False, peers={"hf-generate": peer})
+    by = {r["method"]: r for r in res["rows"]}
+    assert set(by) == {"full", "legolink-4", "hf-generate"} and res["config"]["peers"] == ["hf-generate"]
+    assert len(calls) == 1 + 3 and all(len(c) == 96 for c in calls)  # a warm-up, then one per repeat
+    assert by["hf-generate"]["recomputed_tokens"] == 96 and by["hf-generate"]["flop_limit_ratio"] == 1.0
+    assert by["hf-generate"]["ttft_median_s"] > 0 and "hf-generate" in format_table(res)
+    assert lm.model.config._attn_implementation == "ragpic_sdpa" and lm.banded_attention
+
+
+def test_cli_bench_refuses_an_unknown_or_missing_peer(capsys):
+    import importlib.util
+
+    from ragpic.cli import main
+
+    assert main(["bench", "--peers", "vllm"]) == 2
+    assert "unknown peer 'vllm'" in capsys.readouterr().err
+    if importlib.util.find_spec("llama_cpp") is None:
+        assert main(["bench", "--peers", "llama.cpp"]) == 2
+        assert "llama-cpp-python is not installed" in capsys.readouterr().err

