@@ -5,8 +5,9 @@ most one waiting request into linking; run one piece of that link, at most ``lin
 recomputed rows (so the running requests wait for one piece, never for a whole ``full``
 prefill or a queue of links; with nobody running, the link runs whole); drop cancelled jobs;
 then one decode forward for every running request (continuous batching, vLLM-style: a
-request joins the batch the step after its link and leaves it when it finishes). Requests beyond ``max_batch`` running wait, in arrival order, in a queue of at
-most ``max_queue``; past that :meth:`Scheduler.submit` raises :class:`QueueFull` (HTTP 429).
+request joins the batch the step after its link and leaves it when it finishes). Requests
+beyond ``max_batch`` running (the one being linked counts) wait, in arrival order, in a queue
+of at most ``max_queue``; past that :meth:`Scheduler.submit` raises :class:`QueueFull` (HTTP 429).
 
 A request that fails (bad prompt, store error, anything) gets its error as an event; the
 loop goes on. A failed batched step fails the requests in it, not the server.
