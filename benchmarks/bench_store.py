@@ -84,7 +84,7 @@ def _redis_server() -> tuple[subprocess.Popen, str] | None:
 
 
 def run(*, chunks: int = 8, runs: int = 5, tokens: int = 512, layers: int = 30, heads: int = 3, head_dim: int = 64,
-        dtypes: tuple[str, ...] = ("float32", "float16"), quants: tuple[str, ...] = ("none", "int8"),
+        dtypes: tuple[str, ...] = ("float32", "float16"), quants: tuple[str, ...] = ("none", "int8", "int4"),
         redis_url: str | None = None, compile_fn: Callable[[torch.dtype], Any] | None = None) -> list[dict[str, Any]]:
     """Measure every (dtype, quant, tier); return one row per combination."""
     rows: list[dict[str, Any]] = []

@@ -74,10 +74,11 @@ def csv_of(kind):
 
 
 def method_name(text: str, *, variants: bool = False, bare_legolink: bool = False) -> str:
-    """An argparse type: a link method (``@int8`` suffix allowed when ``variants``)."""
+    """An argparse type: a link method (``@int8`` / ``@int4`` suffix allowed when ``variants``)."""
     method, _, quant = text.strip().partition("@")
-    if quant and not (variants and quant == "int8"):
-        raise argparse.ArgumentTypeError(f"{text!r}: the only variant is '@int8' (eval only), e.g. legolink-16@int8")
+    if quant and not (variants and quant in ("int8", "int4")):
+        raise argparse.ArgumentTypeError(f"{text!r}: the only variants are '@int8' and '@int4' (eval only), "
+                                         f"e.g. legolink-16@int4")
     if bare_legolink and method.lower() == "legolink":
         return text.strip()
     try:

@@ -59,7 +59,7 @@ def add_eval_parser(sub) -> None:
     ev.add_argument("--limit", type=at_least(1), default=None, help="first N questions")
     ev.add_argument("--methods", type=method_list(variants=True), default=None,
                     help="comma list (default: full,naive,legolink-0,legolink-1,legolink-16,cacheblend-15); "
-                         "a '@int8' suffix links int8-stored KV")
+                         "a '@int8' or '@int4' suffix links KV stored in that format")
     ev.add_argument("--chunking", default="passage", help="passage (one chunk per passage) or tokens:N")
     ev.add_argument("--passage-tokens", type=at_least(1), default=None, help="cut each passage to its first N tokens")
     ev.add_argument("--max-new-tokens", type=at_least(1), default=32)

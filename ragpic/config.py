@@ -12,7 +12,7 @@ from ragpic.errors import ConfigError
 
 __all__ = ["Config", "cache_dir", "kv_folder"]
 
-KV_QUANTS = ("none", "int8")
+KV_QUANTS = ("none", "int8", "int4")
 DTYPES = (None, "auto", "float32", "bfloat16", "float16")
 
 
@@ -33,7 +33,8 @@ class Config:
             ``None`` (memory only).
         store_size_limit_gb: disk budget of a folder store (LRU eviction past it).
         memory_cache_mb: hot in-memory tier in front of the store.
-        kv_quant: ``"none"`` or ``"int8"`` (per-token absmax, half the bytes of fp16).
+        kv_quant: ``"none"``, ``"int8"`` (per-token absmax, half the bytes of fp16) or
+            ``"int4"`` (keys per channel, values per token: 0.14x the bytes of fp32).
         compile_on_miss: compile chunks found in a prompt but not in the store (and store them);
             when ``False`` they are simply computed as text.
         max_new_tokens, temperature, top_p: decoding defaults.

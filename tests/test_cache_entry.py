@@ -109,3 +109,46 @@ def test_chunk_key_is_content_addressed() -> None:
     assert chunk_key("ab", "c", "plain", "fp32") != chunk_key("a", "bc", "plain", "fp32")  # length-prefixed
     with pytest.raises(ValueError, match="unsupported KV dtype"):
         dtype_name("int8")
+
+
+@pytest.mark.parametrize("tokens", [1, 63, 64, 130])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_error_is_within_its_group_scale(tokens: int, dtype: torch.dtype) -> None:
+    """Issue 15: every element within half its group's step (keys per channel and 64-token
+    group, values per token), an outlier channel included; decoded to float KV in the dtype."""
+    from ragpic.cache.int4 import GROUP
+
+    key, kv, text = make_chunk(3, tokens=tokens, dtype=dtype, head_dim=64)
+    kv.keys[..., 5] += 40  # an outlier channel, as real keys have
+    data = encode(kv, text=text, quant="int4")
+    out, back_text = decode(data, fingerprint=FP)
+    assert back_text == text and not out.is_quantized and out.keys.dtype == dtype and torch.equal(out.token_ids, kv.token_ids)
+    k, v = kv.keys.float(), kv.values.float()
+    span_k = (k.amax(2, keepdim=True) - k.amin(2, keepdim=True)) if tokens <= GROUP else None
+    err_k, err_v = (out.keys.float() - k).abs(), (out.values.float() - v).abs()
+    step_v = (v.amax(-1, keepdim=True) - v.amin(-1, keepdim=True)) / 15 + v.amin(-1, keepdim=True).abs() / 2**7
+    ulp = 2**-8 if dtype == torch.bfloat16 else 1e-6  # the final cast to the entry's dtype
+    assert bool((err_v <= step_v / 2 * (1 + 2**-7) + ulp * v.abs() + 1e-6).all())
+    if span_k is not None:  # one key group: its bound in closed form
+        step_k = span_k / 15 + k.amin(2, keepdim=True).abs() / 2**7
+        assert bool((err_k <= step_k / 2 * (1 + 2**-7) + ulp * k.abs() + 1e-6).all())
+    # per channel, the outlier does not coarsen the other channels: a per-token step here would be
+    # ~(40 + 3 x 3) / 15 = 3.3, an error up to ~1.6; the other channels' steps are ~(2 x 3 x 3) / 15
+    assert float(err_k[..., :5].max()) < 0.8
+
+
+def test_int4_entry_is_about_a_seventh_of_fp32_and_refuses_what_it_cannot_hold() -> None:
+    _, kv, text = make_chunk(4, tokens=512, layers=2, heads=2, head_dim=64)
+    fp32, int8, int4 = (len(encode(kv, text=text, quant=q)) for q in ("none", "int8", "int4"))
+    assert 0.13 < int4 / fp32 < 0.15 and int4 < 0.6 * int8
+    _, odd, text = make_chunk(5, tokens=8, head_dim=15)
+    with pytest.raises(ValueError, match="even head_dim"):
+        encode(odd, text=text, quant="int4")
+    _, bad, text = make_chunk(6, tokens=8)
+    bad.values[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        encode(bad, text=text, quant="int4")
+    # int8 KV (read from an int8 store) is written as int4 from the floats it stands for
+    i8, _ = decode(encode(kv, text=text, quant="int8"), fingerprint=FP)
+    back, _ = decode(encode(i8, text=text, quant="int4"), fingerprint=FP)
+    assert back.keys.dtype == torch.float32 and (back.values - kv.values).abs().max() < 0.5

@@ -87,6 +87,39 @@ def test_int8_store_round_trip(tmp_path: Path) -> None:
     store.close()
 
 
+def test_int4_store_round_trip_and_an_engine_on_it(tmp_path: Path) -> None:
+    """The hot tier and the folder hand back the same (dequantized) KV; an engine with
+    ``kv_quant="int4"`` links it and answers like linking that KV from memory."""
+    store = open_store(tmp_path / "kv", fingerprint=FP, quant="int4")
+    items = _fill(store, [1], tokens=64, head_dim=64)
+    hot = store.get_many(list(items))
+    store.clear_memory()
+    cold = store.get_many(list(items))
+    ((key, (kv, _)),) = items.items()
+    assert not cold[key].is_quantized and torch.equal(hot[key].keys, cold[key].keys)
+    assert 0 < float((cold[key].keys - kv.keys).abs().max()) < float(kv.keys.abs().max()) / 7
+    store.close()
+
+    from prompts import CHUNKS
+    from ragpic import Config, RagPic
+    from ragpic.eval.variants import store_round_trip
+    from tiny import tiny_lm
+
+    lm = tiny_lm("llama", num_hidden_layers=2)
+    engine = RagPic(Config(store=str(tmp_path / "kv4"), kv_quant="int4", device="cpu"), lm=lm)
+    assert engine.compile(CHUNKS[:2]) == 2
+    engine.store.clear_memory()
+    prompt = CHUNKS[0] + "\n\n" + CHUNKS[1] + " what did the fox do?"
+    g = engine.generate(prompt, chat=False, max_new_tokens=4)
+    assert (g.chunks_loaded, g.chunks_compiled) == (2, 0)
+    stored = [engine.store.get_many([engine.chunk_key(t)])[engine.chunk_key(t)] for t in CHUNKS[:2]]
+    ref = RagPic(Config(store=None, device="cpu"), lm=lm)  # exact KV, in memory
+    ref.compile(CHUNKS[:2])
+    floats = [ref.store.get_many([ref.chunk_key(t)])[ref.chunk_key(t)] for t in CHUNKS[:2]]
+    assert all(torch.equal(a.keys, store_round_trip(b, "int4").keys) for a, b in zip(stored, floats))
+    engine.store.close()
+
+
 def _value_file(path: Path, key: str) -> Path:
     return entry_path(path, key)
 

@@ -205,12 +205,14 @@ def test_int8_variant_links_quantized_kv(tmp_path):
     from ragpic.eval.evaluate import evaluate_qa, normalize_methods
 
     assert normalize_methods("naive@int8,legolink-16") == ["full", "naive@int8", "legolink-16"]
-    with pytest.raises(ValueError, match="only '@int8'"):
+    with pytest.raises(ValueError, match="use '@int8' or '@int4'"):
         normalize_methods("naive@fp4")
     lm = tiny_lm("llama")
-    report = evaluate_qa(lm, load_qa(_tiny_dataset(tmp_path)), ["naive", "naive@int8", "legolink-1000@int8"],
+    report = evaluate_qa(lm, load_qa(_tiny_dataset(tmp_path)),
+                         ["naive", "naive@int8", "naive@int4", "legolink-1000@int8", "legolink-1000@int4"],
                          max_new_tokens=4)
     m = report.methods
-    assert m["naive@int8"]["tf_kl_vs_full"] != m["naive"]["tf_kl_vs_full"]  # int8 KV was really linked
-    # with every chunk token recomputed, stored KV (int8 or not) no longer matters
-    assert m["legolink-1000@int8"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
+    for q in ("int8", "int4"):  # the quantized KV was really linked
+        assert m[f"naive@{q}"]["tf_kl_vs_full"] != m["naive"]["tf_kl_vs_full"]
+        # with every chunk token recomputed, stored KV (quantized or not) no longer matters
+        assert m[f"legolink-1000@{q}"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)

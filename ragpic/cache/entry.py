@@ -15,6 +15,11 @@ sha256 of the payload. The payload is raw tensor bytes in C order, in this order
   ``(L, H, T)`` bf16, keys ``(L, H, T, D)`` int8, values ``(L, H, T, D)`` int8. Symmetric
   absmax quantisation per (layer, head, token) row of ``D`` values; ~0.52x the bytes of
   fp16 for ``D = 64``.
+- ``quant="int4"``: token ids ``(T,)`` int64, key scales and minima ``(L, H, ceil(T/64), D)``
+  bf16, value scales and minima ``(L, H, T, 1)`` bf16, keys and values ``(L, H, T, D/2)``
+  uint8 (two 4-bit codes per byte): keys per channel, values per token, see
+  :mod:`ragpic.cache.int4` (its error bound too); ~0.28x the bytes of fp16, 0.14x of fp32.
+  Decoded to float KV in the original dtype (on the host, before the hot tier).
 
 int8 error bound: each row's scale ``s`` is ``absmax / 127`` rounded *up* to bf16, so
 ``|q| <= 127`` without clipping and every element satisfies
@@ -40,13 +45,14 @@ from typing import Any
 
 import torch
 
+from ragpic.cache.int4 import dequantize_int4, quantize_int4, section_shapes
 from ragpic.cache.keys import dtype_name
 from ragpic.core.kv import ChunkKV
 from ragpic.errors import CorruptEntry, ForeignEntry
 
 MAGIC = b"RPKV"
 FORMAT_VERSION = 1
-QUANTS = ("none", "int8")
+QUANTS = ("none", "int8", "int4")
 
 if sys.byteorder != "little":  # raw tensor bytes are written in host order
     raise ImportError("ragpic KV entries are little-endian; big-endian hosts are unsupported")
@@ -66,6 +72,11 @@ def _layout(shape: tuple[int, int, int, int], dtype: torch.dtype, quant: str) ->
     L, H, T, D = shape
     if quant == "none":
         return [("token_ids", torch.int64, (T,)), ("keys", dtype, shape), ("values", dtype, shape)]
+    if quant == "int4":
+        sh = section_shapes(shape)
+        return [("token_ids", torch.int64, (T,))] + [
+            (name, torch.bfloat16, sh[name]) for name in ("key_scales", "key_mins", "value_scales", "value_mins")
+        ] + [("keys", torch.uint8, sh["keys"]), ("values", torch.uint8, sh["values"])]
     return [
         ("token_ids", torch.int64, (T,)),
         ("key_scales", torch.bfloat16, (L, H, T)),
@@ -117,11 +128,11 @@ def encode(kv: ChunkKV, *, text: str, quant: str = "none") -> bytes:
 
     Raises:
         ValueError: unknown ``quant``, unsupported dtype, keys/values dtype mismatch, or
-            (int8) non-finite values.
+            (int8, int4) non-finite values, (int4) an odd head_dim.
     """
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}: expected one of {QUANTS}")
-    if kv.is_quantized and quant == "none":  # int8 KV stored exactly: as what it stands for
+    if kv.is_quantized and quant != "int8":  # int8 KV stored otherwise: as what it stands for
         kv = kv.to("cpu", kv.quant_dtype)
     if kv.keys.dtype != kv.values.dtype:
         raise ValueError(f"keys are {kv.keys.dtype} but values are {kv.values.dtype}")
@@ -130,6 +141,8 @@ def encode(kv: ChunkKV, *, text: str, quant: str = "none") -> bytes:
     tensors: dict[str, torch.Tensor] = {"token_ids": kv.token_ids.to(torch.int64)}
     if quant == "none":
         tensors["keys"], tensors["values"] = kv.keys, kv.values
+    elif quant == "int4":
+        tensors.update(quantize_int4(kv.keys.cpu(), kv.values.cpu()))
     elif kv.is_quantized:  # already int8 (e.g. read from an int8 store): written as it is
         tensors["keys"], tensors["key_scales"] = kv.keys, kv.key_scales
         tensors["values"], tensors["value_scales"] = kv.values, kv.value_scales
@@ -259,6 +272,9 @@ def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu")
         out[name] = t.view(sh)
         pos += n
     int8 = header["quant"] == "int8"
+    if header["quant"] == "int4":  # to float KV here: link reads float KV, the hot tier holds it
+        out["keys"], out["values"] = dequantize_int4(out, dtype)
+        out = {k: out[k] for k in ("token_ids", "keys", "values")}
     try:
         kv = ChunkKV(
             token_ids=out["token_ids"], keys=out["keys"], values=out["values"],

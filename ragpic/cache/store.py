@@ -53,7 +53,7 @@ class ChunkStore:
         backend: where entry bytes persist; ``None`` keeps everything in memory only.
         fingerprint: model fingerprint; entries of other fingerprints are never returned.
         memory_bytes: budget of the hot tier (decoded KV bytes).
-        quant: ``"none"`` (bit-exact) or ``"int8"`` for entries written by this store.
+        quant: ``"none"`` (bit-exact), ``"int8"`` or ``"int4"`` for entries written by this store.
         verify_keys: check that a decoded entry's (text, recipe, dtype) hashes to its key.
         cooldown_s, max_backoff_s: the breaker's first and longest back-off after a failure.
         catalog_refresh_s: :meth:`texts` re-reads the backend catalog after this long.

@@ -13,17 +13,18 @@ from ragpic.core.segments import Segment, chunk_segment, text_segment
 from ragpic.errors import ConfigError
 from ragpic.eval.data import GLUE
 
-__all__ = ["DEFAULT_METHODS", "build_segments", "compile_for", "int8_round_trip", "normalize_methods",
+__all__ = ["DEFAULT_METHODS", "build_segments", "compile_for", "store_round_trip", "normalize_methods",
            "split_variant", "variant_key"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
 
 
 def split_variant(name: str) -> tuple[str, str]:
-    """``"legolink-16@int8"`` -> ``("legolink-16", "int8")``: a method linking int8-stored KV."""
+    """``"legolink-16@int8"`` -> ``("legolink-16", "int8")``: a method linking int8-stored KV
+    (``@int4`` likewise)."""
     method, _, quant = name.partition("@")
-    if quant not in ("", "int8"):
-        raise ConfigError(f"unknown KV variant {quant!r} in method {name!r}: only '@int8' is supported")
+    if quant not in ("", "int8", "int4"):
+        raise ConfigError(f"unknown KV variant {quant!r} in method {name!r}: use '@int8' or '@int4'")
     return method, quant or "none"
 
 
@@ -37,8 +38,8 @@ def variant_key(name: str) -> str:
 def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str] = DEFAULT_METHODS) -> list[str]:
     """Canonical method names, ``full`` first (every fidelity measure needs it), no repeats.
 
-    A name may end in ``@int8``: the chunks' KV then goes through the store's int8 entry
-    format (quantize, encode, decode) before linking, which measures what int8 storage costs.
+    A name may end in ``@int8`` or ``@int4``: the chunks' KV then goes through the store's
+    entry format (quantize, encode, decode) before linking, which measures what that storage costs.
     """
     if isinstance(methods, str):
         methods = [m for m in methods.split(",") if m.strip()]
@@ -70,11 +71,11 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
     for variant in dict.fromkeys(variant_key(m) for m in methods):
         if "@" in variant:
             recipe, quant = variant.split("@")
-            out[variant] = [int8_round_trip(kv, quant) for kv in out[recipe]]
+            out[variant] = [store_round_trip(kv, quant) for kv in out[recipe]]
     return out
 
 
-def int8_round_trip(kv: ChunkKV, quant: str) -> ChunkKV:
+def store_round_trip(kv: ChunkKV, quant: str) -> ChunkKV:
     """The KV a store with ``quant`` hands back: encoded as an entry, then decoded."""
     from ragpic.cache.entry import decode, encode
 
