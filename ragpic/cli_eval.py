@@ -108,8 +108,9 @@ def build_needle_parser() -> argparse.ArgumentParser:
                    help="comma list of prompt lengths in tokens (default: 1024,2048,4096)")
     p.add_argument("--depths", type=csv_of(fraction), default=[0, 0.25, 0.5, 0.75, 1.0],
                    help="comma list of needle depths in [0, 1] (default: 0,0.25,0.5,0.75,1)")
-    p.add_argument("--methods", type=method_list(), default=None,
-                   help="comma list (default: full,naive,legolink-0,legolink-1,legolink-16,cacheblend-15)")
+    p.add_argument("--methods", type=method_list(variants=True), default=None,
+                   help="comma list (default: full,naive,legolink-0,legolink-1,legolink-16,cacheblend-15); "
+                        "a '@int8' or '@int4' suffix links KV stored in that format")
     p.add_argument("--chunk-tokens", type=at_least(16), default=512)
     p.add_argument("--max-new-tokens", type=at_least(1), default=32)
     p.add_argument("--plot", default=None, metavar="OUT.png", help="heat maps (one panel per method + one file each)")

@@ -142,7 +142,8 @@ def head_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     Any other head (a bias, logit soft-capping) runs as the model defines it.
     """
     head = model.get_output_embeddings()
-    if type(head) is torch.nn.Linear and head.bias is None and not getattr(model.config, "final_logit_softcapping", None):
+    plain = type(head) is torch.nn.Linear and head.bias is None
+    if plain and not getattr(model.config, "final_logit_softcapping", None):
         return (head.weight @ hidden.t()).t()
     return head(hidden)
 

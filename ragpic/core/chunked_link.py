@@ -86,8 +86,8 @@ class ChunkedLink:
         a = self.done_pieces * self.piece_rows
         host_pos = self._positions[a:a + self.piece_rows]
         last = int(host_pos[-1])
-        logits = forward_rows(lm, self._cache, to_device(self._ids[host_pos], lm.device), to_device(host_pos, lm.device),
-                              last + 1, host_positions=host_pos)
+        logits = forward_rows(lm, self._cache, to_device(self._ids[host_pos], lm.device),
+                              to_device(host_pos, lm.device), last + 1, host_positions=host_pos)
         self.done_pieces += 1
         if lm.device.type == "cuda":
             torch.cuda.synchronize(lm.device)

@@ -2,8 +2,8 @@
 
 :func:`begin` matches a job's prompt against the store (compiling misses) and plans its
 link, which the scheduler runs in pieces (:class:`ragpic.core.chunked_link.ChunkedLink`);
-:func:`start` then picks its first token from the link's logits (:func:`admit`: all three at once); :func:`step` runs one decode forward for a list of
-running requests: batched (:func:`ragpic.core.batch.batched_decode_step`) when the model
+:func:`start` then picks its first token from the link's logits (:func:`admit`: all three
+at once); :func:`step` runs one decode forward for a list of running requests: batched (:func:`ragpic.core.batch.batched_decode_step`) when the model
 supports it and there are several, else the engine's own single-request step. Both run on
 the scheduler thread, the only one that touches the model.
 """
