@@ -97,6 +97,24 @@ def test_payload_before_meta_on_the_cluster(cluster, monkeypatch):
     store.close()
 
 
+def test_store_check_on_the_cluster_finds_and_repairs_an_uncatalogued_entry(cluster):
+    """What a crash between the metas and the catalog rows leaves (no cross-slot MULTI on a
+    cluster): an entry hints find but matching does not; ``ragpic store check --repair`` adds it."""
+    from ragpic.cache.check import check_store
+
+    backend = _backend(cluster.url)
+    store = ChunkStore(backend, fingerprint=FP, memory_bytes=0)
+    items = _items([200, 201, 202])
+    store.put_many(items)
+    lost = next(iter(items))
+    backend.catalog_remove(FP, [lost])
+    report = check_store(cluster.url, repair=False, prefix=backend.prefix)
+    assert (report.entries, report.uncatalogued, report.corrupt, report.orphans) == (3, 1, 0, 0)
+    assert check_store(cluster.url, repair=True, prefix=backend.prefix).uncatalogued == 1
+    assert lost in backend.catalog(FP) and check_store(cluster.url, repair=False, prefix=backend.prefix).clean
+    store.close()
+
+
 def test_open_store_takes_a_cluster_url_and_refuses_a_bad_one(cluster):
     from ragpic.errors import ConfigError
 

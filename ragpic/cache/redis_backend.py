@@ -12,7 +12,7 @@ slot (one node): the presence check reads both in one command, and "payload befo
 is an order on one node. Entries spread over the cluster's slots by their content key.
 A transaction cannot span slots there, so the meta keys are written (after every payload)
 and then the catalog rows: a crash between the two leaves entries that hints find but
-prompt matching does not, until ``ragpic store check --repair`` rebuilds the catalog.
+prompt matching does not, until ``ragpic store check --repair`` adds their rows (tested).
 
 An entry is stored when both its payload and its meta key exist: readers and
 :meth:`contains_many` check both, so a meta key whose payload was lost (evicted, expired,
