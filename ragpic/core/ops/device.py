@@ -94,8 +94,9 @@ def auto_dtype(device: torch.device, cpu_bf16: bool | None = None) -> torch.dtyp
     tiles, asked of torch's own CPU probe, ``cpu_bf16``), else fp32; on CUDA as :func:`default_dtype`.
 
     Not the default: bf16 halves the bytes and, where the CPU has those instructions, runs the
-    GEMMs ~2x faster, but it moves every logit by rounding (docs/RESULTS.md measures by how much).
-    On a CPU without them torch emulates bf16 through fp32 and it is slower, so "auto" stays fp32.
+    GEMMs ~2x faster (408 vs 188 GFLOP/s on an AVX512_BF16 EPYC), but it moves every logit by
+    rounding. Without them torch emulates bf16 through fp32: 1 vs 73 GFLOP/s on an AVX2-only
+    EPYC (docs/RESULTS.md §8), so "auto" stays fp32 there.
     """
     if device.type == "cuda":
         return default_dtype(device)
