@@ -37,7 +37,7 @@ def engine():
     ({"store_size_limit_gb": math.nan}, "store_size_limit_gb must be a number of GiB > 0"),
     ({"min_chunk_tokens": 0}, "min_chunk_tokens must be an integer >= 1"),
     ({"method": "legolink-²"}, "unknown link method 'legolink-²'"),
-    ({"kv_quant": "int4"}, "kv_quant must be one of"),
+    ({"kv_quant": "fp4"}, "kv_quant must be one of"),
 ])
 def test_config_refuses_bad_values_naming_them(kwargs, message):
     with pytest.raises(ConfigError, match=message):
