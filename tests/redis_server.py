@@ -38,20 +38,7 @@ class RedisServer:
              "--dir", self._dir.name, "--protected-mode", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        import redis
-
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
-                time.sleep(0.05)
-        client.close()
+        _wait_ping(self.port, self.proc, self)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -94,8 +81,8 @@ class RedisCluster:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         import redis
 
-        for port in self.ports:
-            _wait_ping(redis.Redis(port=port, socket_connect_timeout=0.2), self)
+        for port, proc in zip(self.ports, self.procs):
+            _wait_ping(port, proc, self)
         out = subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
                               "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
@@ -150,17 +137,19 @@ def _cluster_ports(n: int) -> list[int]:
     return out
 
 
-def _wait_ping(client, owner) -> None:
+def _wait_ping(port: int, proc: subprocess.Popen, owner) -> None:
+    """Wait until the redis-server ``proc`` answers PING on ``port``; else ``owner.stop()`` and raise."""
     import redis
 
+    client = redis.Redis(port=port, socket_connect_timeout=0.2)
     deadline = time.monotonic() + 10
     while True:
         try:
             client.ping()
             break
         except redis.ConnectionError:
-            if time.monotonic() > deadline:
+            if proc.poll() is not None or time.monotonic() > deadline:
                 owner.stop()
-                raise RuntimeError("a test redis-server did not start") from None
+                raise RuntimeError(f"redis-server did not start on port {port}") from None
             time.sleep(0.05)
     client.close()

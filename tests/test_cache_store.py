@@ -73,32 +73,33 @@ def test_disk_store_survives_restart_with_catalog(tmp_path: Path) -> None:
     other.close()
 
 
-def test_int8_store_round_trip(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "kv", fingerprint=FP, quant="int8")
+def _both_tiers(path: Path, quant: str):
+    """One chunk stored with ``quant`` in a folder store: ``(kv written, kv from the hot tier,
+    kv from the folder)``."""
+    store = open_store(path, fingerprint=FP, quant=quant)
     items = _fill(store, [1], tokens=64, head_dim=64)
-    hot = store.get_many(list(items))
-    store.clear_memory()
-    cold = store.get_many(list(items))
     ((key, (kv, _)),) = items.items()
-    assert cold[key].is_quantized and cold[key].nbytes < kv.nbytes / 3  # int8 in memory, scales beside
-    hot_keys, cold_keys = (x[key].to("cpu", kv.dtype).keys for x in (hot, cold))
+    hot = store.get_many([key])[key]
+    store.clear_memory()
+    cold = store.get_many([key])[key]
+    store.close()
+    return kv, hot, cold
+
+
+def test_int8_store_round_trip(tmp_path: Path) -> None:
+    kv, hot, cold = _both_tiers(tmp_path / "kv", "int8")
+    assert cold.is_quantized and cold.nbytes < kv.nbytes / 3  # int8 in memory, scales beside
+    hot_keys, cold_keys = (x.to("cpu", kv.dtype).keys for x in (hot, cold))
     assert torch.equal(hot_keys, cold_keys)  # same answer from either tier
     assert float((cold_keys - kv.keys).abs().max()) <= float(kv.keys.abs().max()) / 127
-    store.close()
 
 
 def test_int4_store_round_trip_and_an_engine_on_it(tmp_path: Path) -> None:
     """The hot tier and the folder hand back the same (dequantized) KV; an engine with
     ``kv_quant="int4"`` links it and answers like linking that KV from memory."""
-    store = open_store(tmp_path / "kv", fingerprint=FP, quant="int4")
-    items = _fill(store, [1], tokens=64, head_dim=64)
-    hot = store.get_many(list(items))
-    store.clear_memory()
-    cold = store.get_many(list(items))
-    ((key, (kv, _)),) = items.items()
-    assert not cold[key].is_quantized and torch.equal(hot[key].keys, cold[key].keys)
-    assert 0 < float((cold[key].keys - kv.keys).abs().max()) < float(kv.keys.abs().max()) / 7
-    store.close()
+    kv, hot, cold = _both_tiers(tmp_path / "kv", "int4")
+    assert not cold.is_quantized and torch.equal(hot.keys, cold.keys)
+    assert 0 < float((cold.keys - kv.keys).abs().max()) < float(kv.keys.abs().max()) / 7
 
     from prompts import CHUNKS
     from ragpic import Config, RagPic
