@@ -165,13 +165,13 @@ def test_int_delta_fast_path_equals_per_token_shifts():
 
 # ----------------------------------------------------------------------------- int8 on the device
 def _int8_copy(kv: ChunkKV) -> tuple[ChunkKV, ChunkKV]:
-    """(int8 KV with scales, the same KV dequantized the store's way) for one chunk."""
-    from ragpic.cache.entry import dequantize_int8 as store_dequantize, quantize_int8
+    """(int8 KV with scales, the same KV dequantized on the host) for one chunk."""
+    from ragpic.cache.entry import quantize_int8
 
     (qk, sk), (qv, sv) = quantize_int8(kv.keys), quantize_int8(kv.values)
     q = ChunkKV(kv.token_ids, qk, qv, kv.base_position, kv.fingerprint, kv.recipe,
                 key_scales=sk, value_scales=sv, quant_dtype=kv.keys.dtype)
-    f = ChunkKV(kv.token_ids, store_dequantize(qk, sk, kv.keys.dtype), store_dequantize(qv, sv, kv.keys.dtype),
+    f = ChunkKV(kv.token_ids, dequantize_int8(qk, sk, kv.keys.dtype), dequantize_int8(qv, sv, kv.keys.dtype),
                 kv.base_position, kv.fingerprint, kv.recipe)
     return q, f
 

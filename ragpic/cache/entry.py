@@ -96,6 +96,8 @@ def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric absmax int8 over the last dim: ``(..., D)`` float -> ``(..., D)`` int8, ``(...)`` bf16.
 
+    Its inverse is :func:`ragpic.core.ops.quant.dequantize_int8`, run where the KV is linked.
+
     Raises:
         ValueError: if ``x`` holds inf or NaN.
     """
@@ -110,11 +112,6 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     safe = torch.where(scale > 0, scale.float(), torch.ones_like(want))
     q = torch.round(xf / safe.unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
     return q, scale
-
-
-def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Inverse of :func:`quantize_int8`, cast to ``dtype``."""
-    return (q.float() * scale.float().unsqueeze(-1)).to(dtype)
 
 
 def _raw(t: torch.Tensor) -> bytes | memoryview:

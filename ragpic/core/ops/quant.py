@@ -3,8 +3,8 @@
 The store's int8 entries (``ragpic/cache/entry.py``) hold symmetric absmax int8 per
 (layer, head, token) row of ``D`` values plus one bf16 scale per row. Dequantizing where the
 KV is used, on the GPU, halves the bytes that cross PCIe and lets the hot tier hold twice
-the chunks; this is the same formula as the store's ``dequantize_int8``, so either side
-gives bit-identical values.
+the chunks. This is ragpic's one int8 dequantizer (the store decodes int8 entries to int8
+KV and leaves the floats to link), so every reader gets bit-identical values.
 """
 
 from __future__ import annotations
