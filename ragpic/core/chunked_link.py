@@ -23,11 +23,9 @@ from collections.abc import Sequence
 import torch
 
 from ragpic.core.cache_fill import fill_cached_rows, new_cache
-from ragpic.core.forward import forward_rows
-from ragpic.core.link import LinkResult, check_segments, link, recompute_mask
+from ragpic.core.link import LinkResult, check_segments, link, recompute_mask, recompute_rows, synchronize
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
-from ragpic.core.ops.device import to_device
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment, concat_ids
 
@@ -55,6 +53,7 @@ class ChunkedLink:
         self.num_tokens = check_segments(lm, self.segments, self.method, extra_capacity)
         rec = recompute_mask(self.segments, self.method)
         self._positions = rec.nonzero().squeeze(1)  # host int64, ascending
+        self._ids = concat_ids(self.segments)  # host
         whole = piece_rows is None or self.method.kind == "cacheblend" or self._positions.numel() <= piece_rows
         self.piece_rows = self._positions.numel() if whole else piece_rows
         self.pieces = -(-self._positions.numel() // self.piece_rows)
@@ -82,20 +81,16 @@ class ChunkedLink:
             self._cache = new_cache(lm, n + self.extra_capacity, self.pool)
             if self.method.kind != "full":  # full recomputes every row: nothing to load
                 fill_cached_rows(lm, self._cache, self.segments)
-            self._ids = concat_ids(self.segments)
         a = self.done_pieces * self.piece_rows
         host_pos = self._positions[a:a + self.piece_rows]
-        last = int(host_pos[-1])
-        logits = forward_rows(lm, self._cache, to_device(self._ids[host_pos], lm.device),
-                              to_device(host_pos, lm.device), last + 1, host_positions=host_pos)
+        logits = recompute_rows(lm, self._cache, self._ids, host_pos, int(host_pos[-1]) + 1)
         self.done_pieces += 1
-        if lm.device.type == "cuda":
-            torch.cuda.synchronize(lm.device)
+        synchronize(lm.device)
         self._seconds += time.perf_counter() - t0
         if self.done_pieces < self.pieces:
             return False
         self._cache.length = n
-        self.result = LinkResult(logits=logits[-1].float(), cache=self._cache, num_tokens=n,
+        self.result = LinkResult(logits=logits, cache=self._cache, num_tokens=n,
                                  recomputed=int(self._positions.numel()), seconds=self._seconds)
         self._cache = None
         return True

@@ -31,7 +31,7 @@ from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment, concat_ids, segment_starts
 from ragpic.errors import ContextOverflowError, LinkError
 
-__all__ = ["LinkResult", "check_segments", "link", "recompute_mask"]
+__all__ = ["LinkResult", "check_segments", "link", "recompute_mask", "recompute_rows", "synchronize"]
 
 
 @dataclass(slots=True)
@@ -94,8 +94,8 @@ def check_segments(lm: LoadedModel, segments: Sequence[Segment], method: Method,
     return n
 
 
-def _synchronize(device: torch.device) -> None:
-    """Wait for the device (CUDA): the link's two deliberate syncs, so ``seconds`` is its real time."""
+def synchronize(device: torch.device) -> None:
+    """Wait for the device (CUDA): the link's deliberate syncs, so ``seconds`` is its real time."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -117,11 +117,22 @@ def _partial(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], re
     """``ids`` and ``rec`` are host tensors: only the recomputed rows' ids and positions move."""
     cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
-    host_pos = rec.nonzero().squeeze(1)
-    pos = to_device(host_pos, lm.device)
-    logits = forward_rows(lm, cache, to_device(ids[host_pos], lm.device), pos, ids.numel(),
-                          host_positions=host_pos)
-    return logits[-1].float(), cache
+    return recompute_rows(lm, cache, ids, rec.nonzero().squeeze(1), ids.numel()), cache
+
+
+def recompute_rows(lm: LoadedModel, cache: LinkedCache, ids: torch.Tensor, host_pos: torch.Tensor,
+                   length: int) -> torch.Tensor:
+    """One forward of the prompt tokens at ``host_pos`` into ``cache``; ``(V,)`` fp32 logits of the last.
+
+    ``ids``: the prompt's ``(N,)`` host ids; ``host_pos``: ascending host positions;
+    ``length``: the last of them + 1. Each row sees the cache's keys up to its own position,
+    which must all be written already (rows loaded from the store, or recomputed earlier or in
+    this forward): that is what lets a link run as one forward or, in position order, as
+    several (:mod:`ragpic.core.chunked_link`).
+    """
+    logits = forward_rows(lm, cache, to_device(ids[host_pos], lm.device), to_device(host_pos, lm.device),
+                          length, host_positions=host_pos)
+    return logits[-1].float()
 
 
 @torch.inference_mode()
@@ -141,7 +152,7 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
     n = check_segments(lm, segments, method, extra_capacity)
     ids = concat_ids(segments)  # host: link moves only what a kernel reads
     rec = recompute_mask(segments, method)
-    _synchronize(lm.device)
+    synchronize(lm.device)
     t0 = time.perf_counter()
     if method.kind == "full":
         logits, cache = _full(lm, to_device(ids, lm.device), n + extra_capacity, pool)
@@ -151,6 +162,6 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
     else:
         logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity, pool)
     cache.length = n
-    _synchronize(lm.device)
+    synchronize(lm.device)
     return LinkResult(logits=logits, cache=cache, num_tokens=n, recomputed=int(rec.sum()),
                       seconds=time.perf_counter() - t0)
