@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import torch
 
 from ragpic.core.cache_fill import fill_cached_rows, new_cache
-from ragpic.core.link import LinkResult, check_segments, link, recompute_mask, recompute_rows, synchronize
+from ragpic.core.forward import recompute_rows
+from ragpic.core.link import LinkResult, check_segments, link, recompute_mask, synchronize
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.slab_pool import SlabPool
@@ -54,7 +55,7 @@ class ChunkedLink:
         rec = recompute_mask(self.segments, self.method)
         self._positions = rec.nonzero().squeeze(1)  # host int64, ascending
         self._ids = concat_ids(self.segments)  # host
-        whole = piece_rows is None or self.method.kind == "cacheblend" or self._positions.numel() <= piece_rows
+        whole = piece_rows is None or self.method.kind in ("cacheblend", "qr") or self._positions.numel() <= piece_rows
         self.piece_rows = self._positions.numel() if whole else piece_rows
         self.pieces = -(-self._positions.numel() // self.piece_rows)
         self.done_pieces = 0

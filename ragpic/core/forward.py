@@ -16,12 +16,14 @@ import torch
 from transformers.cache_utils import Cache
 
 from ragpic.core.ops.attention import additive_mask
+from ragpic.core.ops.attention_probe import AttentionProbe
+from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 
 if TYPE_CHECKING:
     from ragpic.core.model import LoadedModel
 
-__all__ = ["cache_kwarg", "forward_rows", "layer_forward", "prefill", "step_inputs"]
+__all__ = ["cache_kwarg", "forward_rows", "layer_forward", "prefill", "recompute_rows", "step_inputs"]
 
 
 def cache_kwarg(module: torch.nn.Module) -> str:
@@ -78,15 +80,33 @@ def step_inputs(lm: LoadedModel, cache: LinkedCache, positions: torch.Tensor, le
 
 def forward_rows(lm: LoadedModel, cache: LinkedCache, input_ids: torch.Tensor, positions: torch.Tensor,
                  length: int, logits_to_keep: int = 1, *, host_positions: torch.Tensor | None = None,
-                 mask: torch.Tensor | None = None) -> torch.Tensor:
+                 mask: torch.Tensor | None = None, probe: AttentionProbe | None = None) -> torch.Tensor:
     """Run the model over ``(R,)`` ids at ``(R,)`` positions into ``cache``; returns
     ``(logits_to_keep, V)`` logits of the last rows (``0`` keeps all R), in the model dtype.
-    ``host_positions`` and ``mask``: as in :func:`step_inputs`."""
+    ``host_positions`` and ``mask``: as in :func:`step_inputs`; ``probe`` records the last
+    rows' attention (only under ragpic's attention, which the caller checks)."""
     model = lm.model
-    out = model(input_ids=input_ids[None], logits_to_keep=logits_to_keep,
-                **step_inputs(lm, cache, positions, length, cache_kwarg(model), host_positions=host_positions,
-                              mask=mask))
+    kwargs = step_inputs(lm, cache, positions, length, cache_kwarg(model), host_positions=host_positions, mask=mask)
+    if probe is not None:
+        kwargs["ragpic_probe"] = probe
+    out = model(input_ids=input_ids[None], logits_to_keep=logits_to_keep, **kwargs)
     return out.logits[0]
+
+
+def recompute_rows(lm: LoadedModel, cache: LinkedCache, ids: torch.Tensor, host_pos: torch.Tensor,
+                   length: int, probe: AttentionProbe | None = None) -> torch.Tensor:
+    """One forward of the prompt tokens at ``host_pos`` into ``cache``; ``(V,)`` fp32 logits of the last.
+
+    ``ids``: the prompt's ``(N,)`` host ids; ``host_pos``: ascending host positions;
+    ``length``: the last of them + 1. Each row sees the cache's keys up to its own position,
+    which must all be written already (rows loaded from the store, or recomputed earlier or in
+    this forward): that is what lets a link run as one forward or, in position order, as
+    several (:mod:`ragpic.core.chunked_link`, :mod:`ragpic.core.query_guided`). ``probe``: as in
+    :func:`forward_rows`.
+    """
+    logits = forward_rows(lm, cache, to_device(ids[host_pos], lm.device), to_device(host_pos, lm.device),
+                          length, host_positions=host_pos, probe=probe)
+    return logits[-1].float()
 
 
 def prefill(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: Cache,

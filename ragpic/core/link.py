@@ -9,6 +9,8 @@ returns the last prompt token's logits plus a :class:`LinkedCache` to decode fro
   at position 0 (their attention-sink rows, compiled as a sequence start, are wrong here).
 - ``legolink-0``: chunks compiled behind dummy BOS tokens (recipe ``bos4``); like ``naive``.
 - ``cacheblend-r``: CacheBlend's dynamic selection (see :mod:`ragpic.core.cacheblend`).
+- ``qr-r[-kK]``: ``legolink-K``, then the ``r`` of chunk tokens the question attends to most
+  recomputed with the question again (see :mod:`ragpic.core.query_guided`).
 """
 
 from __future__ import annotations
@@ -22,16 +24,17 @@ from transformers.cache_utils import DynamicCache
 
 from ragpic.core.cache_fill import fill_cached_rows, new_cache
 from ragpic.core.cacheblend import cacheblend_link
-from ragpic.core.forward import forward_rows, prefill
+from ragpic.core.forward import prefill, recompute_rows
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.query_guided import qr_link
 from ragpic.core.segments import Segment, concat_ids, segment_starts
 from ragpic.errors import ContextOverflowError, LinkError
 
-__all__ = ["LinkResult", "check_segments", "link", "recompute_mask", "recompute_rows", "synchronize"]
+__all__ = ["LinkResult", "check_segments", "link", "recompute_mask", "synchronize"]
 
 
 @dataclass(slots=True)
@@ -41,7 +44,8 @@ class LinkResult:
     Attributes:
         logits: ``(V,)`` fp32 logits of the last prompt token.
         cache: KV of all ``num_tokens`` prompt rows, with ``extra_capacity`` rows free.
-        recomputed: how many prompt tokens went through the model at link.
+        recomputed: how many prompt rows went through the model at link (``qr``: both passes
+            counted, so a row recomputed twice counts twice).
         seconds: wall time of the link (device-synchronised).
     """
 
@@ -59,7 +63,7 @@ def recompute_mask(segments: Sequence[Segment], method: Method) -> torch.Tensor:
         m = torch.ones(seg.num_tokens, dtype=torch.bool)
         if seg.is_chunk and method.kind != "full":
             m[:] = False
-            if method.kind == "legolink" and start > 0:
+            if method.kind in ("legolink", "qr") and start > 0:  # qr: its first pass
                 m[: method.k] = True
         parts.append(m)
     mask = torch.cat(parts)
@@ -120,21 +124,6 @@ def _partial(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], re
     return recompute_rows(lm, cache, ids, rec.nonzero().squeeze(1), ids.numel()), cache
 
 
-def recompute_rows(lm: LoadedModel, cache: LinkedCache, ids: torch.Tensor, host_pos: torch.Tensor,
-                   length: int) -> torch.Tensor:
-    """One forward of the prompt tokens at ``host_pos`` into ``cache``; ``(V,)`` fp32 logits of the last.
-
-    ``ids``: the prompt's ``(N,)`` host ids; ``host_pos``: ascending host positions;
-    ``length``: the last of them + 1. Each row sees the cache's keys up to its own position,
-    which must all be written already (rows loaded from the store, or recomputed earlier or in
-    this forward): that is what lets a link run as one forward or, in position order, as
-    several (:mod:`ragpic.core.chunked_link`).
-    """
-    logits = forward_rows(lm, cache, to_device(ids[host_pos], lm.device), to_device(host_pos, lm.device),
-                          length, host_positions=host_pos)
-    return logits[-1].float()
-
-
 @torch.inference_mode()
 def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "legolink-16",
          *, extra_capacity: int = 0, pool: SlabPool | None = None) -> LinkResult:
@@ -159,9 +148,12 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
     elif method.kind == "cacheblend":
         logits, cache, rec = cacheblend_link(lm, to_device(ids, lm.device), segments, rec, method.ratio,
                                              n + extra_capacity, pool)
+    elif method.kind == "qr":
+        logits, cache, rec, forwarded = qr_link(lm, segments, method, rec, n + extra_capacity, pool)
     else:
         logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity, pool)
     cache.length = n
     synchronize(lm.device)
-    return LinkResult(logits=logits, cache=cache, num_tokens=n, recomputed=int(rec.sum()),
+    return LinkResult(logits=logits, cache=cache, num_tokens=n,
+                      recomputed=forwarded if method.kind == "qr" else int(rec.sum()),
                       seconds=time.perf_counter() - t0)

@@ -17,8 +17,9 @@ PLAIN = "plain"
 
 LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
-METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0) or "
-               "'cacheblend-<percent>' (e.g. cacheblend-15)")
+METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0), "
+               "'cacheblend-<percent>' (e.g. cacheblend-15) or 'qr-<percent>[-k<k>]' (e.g. qr-3, qr-3-k1)")
+QR_DEFAULT_K = 16
 
 
 def dummy_recipe(n: int) -> str:
@@ -37,12 +38,13 @@ def recipe_dummies(recipe: str) -> int:
 
 @dataclass(slots=True, frozen=True)
 class Method:
-    """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``.
+    """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``, ``qr-<r>[-k<k>]``.
 
     Attributes:
-        kind: ``full``, ``naive``, ``legolink`` or ``cacheblend``.
-        k: tokens recomputed at the start of every chunk (``legolink``).
-        ratio: fraction of chunk tokens recomputed past layer 1 (``cacheblend``), in (0, 1].
+        kind: ``full``, ``naive``, ``legolink``, ``cacheblend`` or ``qr`` (query-guided recompute).
+        k: tokens recomputed at the start of every chunk (``legolink``, and ``qr``'s first pass).
+        ratio: fraction of chunk tokens recomputed past layer 1 (``cacheblend``), or recomputed
+            in the second pass (``qr``), in (0, 1].
     """
 
     kind: str
@@ -54,13 +56,20 @@ class Method:
         if self.kind == "legolink":
             return f"legolink-{self.k}"
         if self.kind == "cacheblend":
-            return f"cacheblend-{round(self.ratio * 100)}"
+            return f"cacheblend-{_percent(self.ratio)}"
+        if self.kind == "qr":
+            return f"qr-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
         return self.kind
 
     @property
     def recipe(self) -> str:
         """The compile recipe the chunks this method links must have."""
         return dummy_recipe(LEGOLINK0_DUMMIES) if self.kind == "legolink" and self.k == 0 else PLAIN
+
+
+def _percent(ratio: float) -> str:
+    pct = round(ratio * 100, 2)
+    return str(int(pct)) if pct == int(pct) else str(pct)
 
 
 def _number(text: str) -> bool:
@@ -79,4 +88,8 @@ def parse_method(name: str | Method) -> Method:
         return Method("legolink", k=int(arg))
     if kind == "cacheblend" and _number(arg) and 0 < float(arg) <= 100:
         return Method("cacheblend", ratio=float(arg) / 100)
+    if kind == "qr":
+        pct, sep, k = arg.partition("-k")
+        if _number(pct) and 0 < float(pct) <= 100 and (not sep or k.isascii() and k.isdigit()):
+            return Method("qr", k=int(k) if k else QR_DEFAULT_K, ratio=float(pct) / 100)
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")

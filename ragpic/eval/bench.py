@@ -35,6 +35,7 @@ from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.query_guided import trailing_text_rows
 from ragpic.core.segments import Segment, chunk_segment, concat_ids
 
 from ragpic.eval import scoring
@@ -79,8 +80,9 @@ def link_flops(lm: LoadedModel, positions_per_layer: Sequence[tuple[int, float]]
 def method_flops(lm: LoadedModel, segments: Sequence[Segment], method: str) -> float:
     """FLOP count of linking ``segments`` with ``method`` (causal attention counted exactly).
 
-    For ``cacheblend-r`` the selected tokens depend on the data; the count assumes they are
-    spread evenly over the chunk tokens (so their attention cost is ``r`` of the chunks').
+    For ``cacheblend-r`` and ``qr-r`` the selected tokens depend on the data; the count assumes
+    they are spread evenly over the chunk tokens (so their attention cost is ``r`` of the
+    chunks'); ``qr`` adds its first pass (``legolink-k``) and the question's second forward.
     """
     m = parse_method(method)
     n = sum(s.num_tokens for s in segments)
@@ -89,6 +91,13 @@ def method_flops(lm: LoadedModel, segments: Sequence[Segment], method: str) -> f
         return link_flops(lm, [everyone] * lm.num_layers)
     rec = recompute_mask(segments, m)
     pos = rec.nonzero().squeeze(1).double() + 1
+    if m.kind == "qr":  # first pass + r of the chunk tokens (spread evenly) + the question again
+        chunk = (~recompute_mask(segments, parse_method("naive"))).nonzero().squeeze(1).double() + 1
+        tail = trailing_text_rows(segments)
+        second = (math.ceil(m.ratio * chunk.numel()) + tail,
+                  m.ratio * float(chunk.sum()) + tail * (n - (tail - 1) / 2))
+        return (link_flops(lm, [(int(rec.sum()), float(pos.sum()))] * lm.num_layers)
+                + link_flops(lm, [second] * lm.num_layers))
     if m.kind != "cacheblend":
         return link_flops(lm, [(int(rec.sum()), float(pos.sum()))] * lm.num_layers)
     cand = (~rec).nonzero().squeeze(1).double() + 1

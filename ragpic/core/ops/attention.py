@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.ops.sdpa import fold_mask, grouped_sdpa
 
 ATTENTION_NAME = "ragpic_sdpa"
@@ -126,7 +127,8 @@ def plan_bands(bands: Sequence[Band], mask: torch.Tensor, *, groups: int, fold: 
 
 def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                ragpic_bands: BandPlan | Sequence[Band] | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+                ragpic_bands: BandPlan | Sequence[Band] | None = None, ragpic_probe: AttentionProbe | None = None,
+                **kwargs) -> tuple[torch.Tensor, None]:
     """transformers attention-interface function.
 
     Args:
@@ -134,12 +136,16 @@ def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
         attention_mask: ``(1, 1, R, N)`` additive mask, required with bare ``ragpic_bands``.
         ragpic_bands: a :class:`BandPlan` (its masks prebuilt), or bands from
             :func:`query_bands` (masks sliced here); without it this is transformers' SDPA.
+        ragpic_probe: records the last rows' attention probabilities (the query-guided link);
+            the output does not change.
     Returns:
         ``((1, R, H, D) attention output, None)``.
     """
     if kwargs.get("ragpic_batch") is not None:  # a batched decode step (ragpic.core.batch): per-row caches
         from ragpic.core.ops.batched_attention import batched_sdpa
         return batched_sdpa(module, query, kwargs["ragpic_batch"], dropout=dropout, scaling=scaling)
+    if ragpic_probe is not None:
+        ragpic_probe.record(query, key, attention_mask, scaling)
     if ragpic_bands is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
