@@ -75,10 +75,19 @@ def test_wrap_model_checks_before_use():
         wrap_model(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2)), tiny_tokenizer())
 
 
-@pytest.mark.parametrize("bad", ["fast", "legolink", "legolink-x", "cacheblend-0", "cacheblend-101"])
+@pytest.mark.parametrize("bad", ["fast", "legolink", "legolink-x", "cacheblend-0", "cacheblend-101",
+                                 "qr", "qr-0", "qr-101", "qr-3-k", "qr-3-kx", "qr-3-k1-k2", "qr--k1"])
 def test_unknown_method_lists_valid_ones(bad):
-    with pytest.raises(ValueError, match="use 'full', 'naive', 'legolink-<k>'"):
+    with pytest.raises(ValueError, match="use 'full', 'naive', 'legolink-<k>'.*'qr-<percent>"):
         parse_method(bad)
+
+
+@pytest.mark.parametrize("name,k,ratio", [("qr-3", 16, 0.03), ("qr-2.5", 16, 0.025), ("QR-10-K1", 1, 0.1),
+                                          ("qr-100-k0", 0, 1.0)])
+def test_qr_names_parse_and_print_back(name, k, ratio):
+    m = parse_method(name)
+    assert (m.kind, m.k, m.ratio, m.recipe) == ("qr", k, pytest.approx(ratio), "plain")
+    assert parse_method(m.name) == m and m.name == name.lower()
 
 
 def test_empty_prompt_is_refused():

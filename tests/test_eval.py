@@ -76,6 +76,19 @@ def test_bootstrap_ci():
     assert scoring.bootstrap_ci(vals, seed=1) == (lo, hi)  # deterministic
 
 
+def test_paired_ratio_ci_resamples_both_sides_together():
+    den = [1.0, 2.0, 3.0, 4.0] * 10
+    ratio, lo, hi = scoring.paired_ratio_ci([0.5 * d for d in den], den)
+    assert ratio == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)  # paired: no spread
+    noisy = [d * (0.3 if i % 2 else 0.7) for i, d in enumerate(den)]
+    ratio, lo, hi = scoring.paired_ratio_ci(noisy, den, seed=3)
+    assert lo < ratio < hi and 0.3 < lo and hi < 0.7
+    assert scoring.paired_ratio_ci(noisy, den, seed=3) == (ratio, lo, hi)
+    assert all(math.isnan(v) for v in scoring.paired_ratio_ci([], []))
+    with pytest.raises(ValueError, match="as many"):
+        scoring.paired_ratio_ci([1.0], [1.0, 2.0])
+
+
 def test_median_mean():
     assert scoring.median([3.0, 1.0, 2.0]) == 2.0
     assert scoring.median([4.0, 1.0, 2.0, 3.0]) == 2.5
@@ -165,7 +178,12 @@ def test_evaluate_tiny_end_to_end(tmp_path):
     assert methods["naive"]["recomputed_tokens"] < methods["full"]["recomputed_tokens"]
     assert methods["naive"]["tf_kl_vs_full"] > 1e-3  # random weights: stale chunks do differ
     assert methods["full"]["ttft_ratio_vs_full"] == pytest.approx(1.0)
-    assert "legolink-1000" in format_table(methods)
+    # every method but full and naive gets its KL as a share of naive's, paired over questions
+    assert "tf_kl_ratio_vs_naive" not in methods["full"] and "tf_kl_ratio_vs_naive" not in methods["naive"]
+    assert methods["legolink-1000"]["tf_kl_ratio_vs_naive"] == pytest.approx(0.0, abs=1e-3)
+    lo, hi = methods["cacheblend-15"]["tf_kl_ratio_vs_naive_ci95"]
+    assert lo <= methods["cacheblend-15"]["tf_kl_ratio_vs_naive"] <= hi
+    assert "legolink-1000" in format_table(methods) and "paired bootstrap" in format_table(methods)
     json.dumps(report.to_json())
 
 
@@ -190,13 +208,16 @@ def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
     (hay / "a.txt").write_text(TEXT * 6)
     nout = tmp_path / "needle.json"
     rc = main(["eval", "needle", "--haystack", str(hay), "--model", str(model_dir), "--device", "cpu",
-               "--lengths", "400,700", "--depths", "0,1", "--methods", "naive,legolink-4", "--chunk-tokens", "48",
+               "--lengths", "400,700", "--depths", "0,1", "--methods", "naive,legolink-4,qr-50", "--chunk-tokens", "48",
                "--max-new-tokens", "4", "--json", str(nout), "--plot", str(tmp_path / "needle.png"), "--quiet"])
     assert rc == 0
     res = json.loads(nout.read_text())
-    assert len(res["cells"]) == 2 * 2 * 3
+    assert len(res["cells"]) == 2 * 2 * 4
     assert (tmp_path / "needle.png").exists() and (tmp_path / "needle-legolink-4.png").exists()
     assert res["summary"]["full"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
+    assert res["summary"]["full"]["ttft_ratio_vs_full"] == 1.0
+    assert res["summary"]["qr-50"]["ttft_ratio_vs_full"] > 0
+    assert "speed-up" in capsys.readouterr().out
 
 
 def test_int8_variant_links_quantized_kv(tmp_path):

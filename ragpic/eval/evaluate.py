@@ -158,6 +158,14 @@ def aggregate(per_question: Sequence[dict[str, dict]], methods: Sequence[str]) -
     full_t = out["full"]["ttft_median_s"]
     for agg in out.values():
         agg["ttft_ratio_vs_full"] = full_t / agg["ttft_median_s"] if agg["ttft_median_s"] > 0 else float("nan")
+    if "naive" in out:  # how much of naive's distance to full a method removes, paired over questions
+        base = [q["naive"].get("tf_kl_vs_full") for q in per_question]
+        for m in methods:
+            mine = [q[m].get("tf_kl_vs_full") for q in per_question]
+            if m not in ("full", "naive") and None not in mine and None not in base:
+                ratio, lo, hi = scoring.paired_ratio_ci(mine, base)
+                out[m]["tf_kl_ratio_vs_naive"] = ratio
+                out[m]["tf_kl_ratio_vs_naive_ci95"] = [lo, hi]
     return out
 
 
@@ -222,4 +230,9 @@ def format_table(methods: dict[str, dict]) -> str:
             f"{a['ttft_median_s']:>8.3f}{a['ttft_ratio_vs_full']:>7.1f}x{a['recomputed_tokens']:>8.0f}"
             f"{a['context_tokens']:>7.0f}"
         )
+    paired = [(m, a) for m, a in methods.items() if "tf_kl_ratio_vs_naive" in a]
+    if paired:
+        lines += ["", "tf_kl / naive's tf_kl (paired bootstrap 95% CI over questions)"]
+        lines += [f"{m:<15}{a['tf_kl_ratio_vs_naive']:>6.2f}  [{a['tf_kl_ratio_vs_naive_ci95'][0]:.2f},"
+                  f"{a['tf_kl_ratio_vs_naive_ci95'][1]:.2f}]" for m, a in paired]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ a cell is a *hit* when the answer names both "sandwich" and "dolores park".
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -132,8 +133,10 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
 
 
 def summarize(cells: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
-    """Per method: hits overall, hits in the cells where ``full`` hits, mean F1 / KL."""
+    """Per method: hits overall, hits in the cells where ``full`` hits, mean F1 / KL, and the
+    median over cells of ``full``'s link time / the method's (``ttft_ratio_vs_full``)."""
     full_hit = {(c["length"], c["depth"]) for c in cells if c["method"] == "full" and c["hit"]}
+    full_s = {(c["length"], c["depth"]): c["ttft_s"] for c in cells if c["method"] == "full"}
     out = {}
     for m in methods:
         mine = [c for c in cells if c["method"] == m]
@@ -143,6 +146,8 @@ def summarize(cells: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
             "full_hit_cells": len(where), "hits_where_full_hits": sum(c["hit"] for c in where),
             "f1_where_full_hits": scoring.mean([c["f1"] for c in where]),
             "tf_kl_vs_full": scoring.mean([c["tf_kl_vs_full"] for c in mine]),
+            "ttft_ratio_vs_full": statistics.median(full_s[(c["length"], c["depth"])] / c["ttft_s"] for c in mine)
+            if mine and all((c["length"], c["depth"]) in full_s for c in mine) else None,
         }
     return out
 
@@ -151,10 +156,12 @@ def format_table(result: dict) -> str:
     lengths, depths = result["config"]["lengths"], result["config"]["depths"]
     lines = []
     by = {(c["method"], c["length"], c["depth"]): c for c in result["cells"]}
-    head = f"{'method':<15}" + "".join(f"{L:>8}" for L in lengths) + f"{'hits':>7}{'|full':>7}{'F1':>7}{'tf_kl':>8}"
+    head = (f"{'method':<15}" + "".join(f"{L:>8}" for L in lengths)
+            + f"{'hits':>7}{'|full':>7}{'F1':>7}{'tf_kl':>8}{'speed-up':>10}")
     lines += ["hits per length (of %d depths)" % len(depths), head, "-" * len(head)]
     for m, s in result["summary"].items():
         row = "".join(f"{sum(by[(m, L, d)]['hit'] for d in depths if (m, L, d) in by):>8}" for L in lengths)
         lines.append(f"{m:<15}{row}{s['hits']:>7}{s['hits_where_full_hits']:>4}/{s['full_hit_cells']:<2}"
-                     f"{s['f1']:>7.3f}{s['tf_kl_vs_full']:>8.3f}")
+                     f"{s['f1']:>7.3f}{s['tf_kl_vs_full']:>8.3f}"
+                     + (f"{s['ttft_ratio_vs_full']:>9.1f}x" if s.get("ttft_ratio_vs_full") else f"{'-':>10}"))
     return "\n".join(lines)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_bench", "plot_eval", "plot_heatmaps"]
+__all__ = ["plot_bench", "plot_eval", "plot_heatmaps", "plot_pareto"]
 
 
 def plot_eval(report: dict, path: str | Path) -> Path:
@@ -126,6 +126,46 @@ def plot_bench(result: dict, path: str | Path) -> Path:
     cfg = result["config"]
     fig.suptitle(f"ragpic bench: {cfg['model']} on {cfg['device']} ({cfg['dtype']}, {cfg['torch_threads']} threads), "
                  f"{cfg['chunk_tokens']}-token chunks, {cfg['query_tokens']}-token query")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_pareto(eval_report: dict | None, needle_result: dict | None, path: str | Path) -> Path:
+    """Fidelity vs speed-up, one point per method: MuSiQue TF KL (with its 95% interval) and/or
+    needle hits where ``full`` hits, against ``full``'s link time / the method's (log x).
+
+    ``eval_report``: ``ragpic eval --json``'s dict; ``needle_result``: ``ragpic eval needle --json``'s.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
+
+    panels = [p for p in (eval_report, needle_result) if p is not None]
+    if not panels:
+        raise ValueError("plot_pareto needs an eval report, a needle result, or both")
+    fig = Figure(figsize=(6 * len(panels), 4.4))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, data in zip(axes, panels):
+        if data is eval_report:
+            rows = {m: (a["ttft_ratio_vs_full"], a["tf_kl_vs_full"], a.get("tf_kl_vs_full_ci95"))
+                    for m, a in data["methods"].items()}
+            ax.set_ylabel("MuSiQue teacher-forced KL vs full (lower is better)")
+            ax.set_title(f"QA fidelity, {data['config'].get('questions', '?')} questions", fontsize=10)
+        else:
+            rows = {m: (s["ttft_ratio_vs_full"], s["hits_where_full_hits"], None)
+                    for m, s in data["summary"].items()}
+            cells = next(iter(data["summary"].values()))["full_hit_cells"]
+            ax.set_ylabel(f"needle hits where full hits (of {cells}, higher is better)")
+            ax.set_title("needle in a haystack, 1k-6k tokens", fontsize=10)
+        for i, (m, (x, y, ci)) in enumerate(rows.items()):
+            err = None if ci is None else [[y - ci[0]], [ci[1] - y]]
+            ax.errorbar([x], [y], yerr=err, fmt="o", color=f"C{i}", capsize=3)
+            ax.annotate(m, (x, y), textcoords="offset points", xytext=(5, 4 if i % 2 else -10), fontsize=8)
+        ax.axvline(10, ls="--", color="grey", alpha=0.6, lw=1)  # issue 16's speed bar
+        ax.set_xscale("log")
+        ax.set_xlabel("speed-up of the link vs full (median, x)")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("ragpic methods: fidelity vs speed (up and right / down and right is better)", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)

@@ -100,3 +100,30 @@ def bootstrap_ci(values: Sequence[float], *, n_resamples: int = 2000, confidence
     lo = means[max(0, math.floor(alpha * n_resamples))]
     hi = means[min(n_resamples - 1, math.ceil((1 - alpha) * n_resamples) - 1)]
     return (lo, hi)
+
+
+def paired_ratio_ci(num: Sequence[float], den: Sequence[float], *, n_resamples: int = 2000,
+                    confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """``(mean(num) / mean(den), lo, hi)``: the ratio of two means over the same items, with a
+    percentile bootstrap interval that resamples the items once for both (paired).
+
+    Deterministic for a given ``seed``; NaNs when there are no items or ``den`` sums to 0.
+    """
+    a, b = [float(v) for v in num], [float(v) for v in den]
+    if len(a) != len(b):
+        raise ValueError(f"paired_ratio_ci needs as many num as den values, got {len(a)} and {len(b)}")
+    if not a or sum(b) == 0:
+        return (float("nan"), float("nan"), float("nan"))
+    rng = random.Random(seed)
+    n = len(a)
+    ratios = []
+    for _ in range(n_resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        d = sum(b[i] for i in idx)
+        if d:
+            ratios.append(sum(a[i] for i in idx) / d)
+    ratios.sort()
+    alpha = (1 - confidence) / 2
+    lo = ratios[max(0, math.floor(alpha * len(ratios)))]
+    hi = ratios[min(len(ratios) - 1, math.ceil((1 - alpha) * len(ratios)) - 1)]
+    return (sum(a) / sum(b), lo, hi)
