@@ -40,6 +40,10 @@ def test_flops_closed_form_and_limits():
     assert naive < blend < full
     assert blend == pytest.approx(2 * (full - head) / L + head + 2 * (per_tok * (8 + 10) + 4 * 64 * (
         sum(p + 1 for p in range(64, 72)) + 0.15 * sum(range(1, 65)))))
+    # qr: its legolink-4 first pass, then 10% of the chunk tokens (7 rows, spread) + the 8 query rows again
+    qr = method_flops(lm, segs, "qr-10-k4")
+    assert qr == pytest.approx(lego + L * (per_tok * (7 + 8) + 4 * 64 * (
+        sum(p + 1 for p in range(64, 72)) + 0.1 * sum(range(1, 65)))) + head)
 
 
 def test_bench_tiny_end_to_end(tmp_path):
