@@ -179,6 +179,39 @@ def test_disk_size_limit_evicts_least_recently_used(tmp_path: Path) -> None:
     store.close()
 
 
+def test_disk_budget_under_zipf_requests_evicts_exactly_like_lru(tmp_path: Path) -> None:
+    """A miss is a recompile put back; the folder's byte budget must then behave as an LRU of
+    ``budget // entry size`` entries on the same request sequence (benchmarks/sim_eviction.py
+    runs this at corpus scale)."""
+    import random
+    from collections import OrderedDict
+
+    chunks = {s: make_chunk(s, tokens=16) for s in range(100, 140)}  # 3-digit seeds: equal sizes
+    size = len(encode(chunks[100][1], text=chunks[100][2]))
+    capacity = 7
+    store = open_store(tmp_path, fingerprint=FP, memory_bytes=0, size_limit_bytes=capacity * size)
+    rng = random.Random(0)
+    weights = [1 / (i + 1) for i in range(len(chunks))]
+    requests = rng.choices(sorted(chunks), weights=weights, k=300)
+    lru: OrderedDict[int, None] = OrderedDict()
+    want = recompiles = 0
+    for r in requests:
+        key, kv, text = chunks[r]
+        want += r in lru
+        lru[r] = None
+        lru.move_to_end(r)
+        if len(lru) > capacity:
+            lru.popitem(last=False)
+        if not store.get_many([key]):
+            recompiles += 1
+            store.put_many({key: (kv, text)})
+        assert store.backend.stats()["volume_bytes"] <= capacity * size
+    assert store.stats().hits == want and 0 < want < len(requests)
+    assert store.backend.evictions == recompiles - capacity
+    assert set(store.texts(refresh=True)) == {chunks[r][0] for r in lru}  # the same survivors
+    store.close()
+
+
 def test_unusable_folder_degrades_to_memory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
