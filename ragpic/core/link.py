@@ -149,7 +149,7 @@ def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "l
         logits, cache, rec = cacheblend_link(lm, to_device(ids, lm.device), segments, rec, method.ratio,
                                              n + extra_capacity, pool)
     elif method.kind == "qr":
-        logits, cache, rec, forwarded = qr_link(lm, segments, method, rec, n + extra_capacity, pool)
+        logits, cache, rec, forwarded = qr_link(lm, ids, segments, method, rec, n + extra_capacity, pool)
     else:
         logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity, pool)
     cache.length = n

@@ -35,7 +35,7 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.ops.slab_pool import SlabPool
-from ragpic.core.segments import Segment, concat_ids, segment_starts
+from ragpic.core.segments import Segment, segment_starts
 from ragpic.errors import LinkError
 
 __all__ = ["SPAN", "chunk_spans", "qr_link", "select_spans", "trailing_text_rows"]
@@ -92,12 +92,13 @@ def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: f
     return chosen
 
 
-def qr_link(lm: LoadedModel, segments: Sequence[Segment], method: Method, first: torch.Tensor, capacity: int,
-            pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor, int]:
+def qr_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], method: Method, first: torch.Tensor,
+            capacity: int, pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor, int]:
     """Link with ``qr-<r>[-k<k>]``; returns (last logits ``(V,)``, cache, recomputed ``(N,)`` bool,
     rows forwarded over both passes).
 
-    ``first``: ``(N,)`` bool CPU mask of the first pass (``legolink-k``'s rows).
+    ``ids``: the prompt's ``(N,)`` host ids; ``first``: ``(N,)`` bool CPU mask of the first
+    pass (``legolink-k``'s rows).
     Raises:
         LinkError: the model does not run ragpic's attention, so the probe sees nothing.
     """
@@ -105,7 +106,6 @@ def qr_link(lm: LoadedModel, segments: Sequence[Segment], method: Method, first:
         raise LinkError(f"{method.name} reads the question's attention inside ragpic's attention function, "
                         "which this model does not run: load it with ragpic.load_model (or "
                         "wrap_model(..., banded_attention=True)), or pick legolink-16 or cacheblend-15")
-    ids = concat_ids(segments)
     n = ids.numel()
     cache = new_cache(lm, capacity, pool)
     fill_cached_rows(lm, cache, segments)
@@ -113,13 +113,13 @@ def qr_link(lm: LoadedModel, segments: Sequence[Segment], method: Method, first:
     pos1 = first.nonzero().squeeze(1)
     logits = recompute_rows(lm, cache, ids, pos1, n, probe)
     scores = probe.scores(int(PROBE_FROM_LAYER * lm.num_layers)).cpu()  # the pass's one sync
-    chosen = select_spans(scores, chunk_spans(segments), method.ratio)
+    runs = chunk_spans(segments)
+    chosen = select_spans(scores, runs, method.ratio)
     if not chosen.any():  # no chunks: the first pass computed every row
         return logits, cache, first, int(pos1.numel())
-    text = torch.ones(n, dtype=torch.bool)
-    for seg, start in zip(segments, segment_starts(segments)):
-        if seg.is_chunk:
-            text[start:start + seg.num_tokens] = False
+    text = torch.ones(n, dtype=torch.bool)  # uncached rows: everything the runs do not cover
+    for a, b in runs:
+        text[a:b] = False
     after = torch.arange(n) > int(chosen.nonzero()[0])
     second = chosen | (text & after)
     second[-1] = True
