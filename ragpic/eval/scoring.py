@@ -95,11 +95,16 @@ def bootstrap_ci(values: Sequence[float], *, n_resamples: int = 2000, confidence
         return (vals[0], vals[0])
     rng = random.Random(seed)
     n = len(vals)
-    means = sorted(sum(vals[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_resamples))
+    return _percentile_interval([sum(vals[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_resamples)],
+                                confidence)
+
+
+def _percentile_interval(stats: list[float], confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` interval of bootstrap statistics (percentile method)."""
+    stats = sorted(stats)
     alpha = (1 - confidence) / 2
-    lo = means[max(0, math.floor(alpha * n_resamples))]
-    hi = means[min(n_resamples - 1, math.ceil((1 - alpha) * n_resamples) - 1)]
-    return (lo, hi)
+    return (stats[max(0, math.floor(alpha * len(stats)))],
+            stats[min(len(stats) - 1, math.ceil((1 - alpha) * len(stats)) - 1)])
 
 
 def paired_ratio_ci(num: Sequence[float], den: Sequence[float], *, n_resamples: int = 2000,
@@ -122,8 +127,4 @@ def paired_ratio_ci(num: Sequence[float], den: Sequence[float], *, n_resamples: 
         d = sum(b[i] for i in idx)
         if d:
             ratios.append(sum(a[i] for i in idx) / d)
-    ratios.sort()
-    alpha = (1 - confidence) / 2
-    lo = ratios[max(0, math.floor(alpha * len(ratios)))]
-    hi = ratios[min(len(ratios) - 1, math.ceil((1 - alpha) * len(ratios)) - 1)]
-    return (sum(a) / sum(b), lo, hi)
+    return (sum(a) / sum(b), *_percentile_interval(ratios, confidence))
