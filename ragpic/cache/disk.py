@@ -14,8 +14,9 @@ row's mode says, so a crafted ``cache.db`` ran code (issue 13); a ragpic 0.1 dis
 folder is imported safely on open (see legacy.py).
 
 Writes: each batch first journals its keys in ``pending``, then per entry writes a
-temporary file, renames it into place and commits the entry's row (the catalog) in one
-transaction. A failure (disk full) removes the file whose row could not be committed, so a
+temporary file and renames it into place, and commits the rows (the catalog) of each group
+of up to 64 written entries in one transaction. A failure (disk full) commits the rows of
+the files written before it, and removes the files whose rows could not be committed, so a
 failed batch leaves only entries that are both stored and catalogued. A writer killed in
 between leaves ``pending`` rows; the next open settles them (see reconcile.py).
 
@@ -46,6 +47,9 @@ from ragpic.cache.entry import read_header
 log = logging.getLogger("ragpic.cache")
 
 DEFAULT_SIZE_LIMIT = 8 * 2**30
+# Rows of written files are committed per group: one transaction per entry cost 0.3 ms, as
+# much as creating the file, for small entries; a crash mid-group is settled on open.
+_GROUP, _GROUP_BYTES = 64, 64 * 2**20
 
 
 def _heals(method):
@@ -169,16 +173,21 @@ class DiskBackend:
         writer, now = folder.writer_id(), time.time()
         with self._db.transaction(patient=patient) as con:
             con.executemany("INSERT OR IGNORE INTO pending VALUES (?, ?, ?)", [(k, writer, now) for k in items])
+        written: list[tuple[str, int]] = []  # files on disk whose rows are not committed yet
         try:
             for key, data in items.items():
-                size = folder.write_entry(self.path, key, bytes(data), writer)
+                written.append((key, folder.write_entry(self.path, key, bytes(data), writer)))
+                if len(written) >= _GROUP or sum(n for _, n in written) >= _GROUP_BYTES:
+                    self._commit_rows(written, heads, writer, patient)
+                    written = []
+            self._commit_rows(written, heads, writer, patient)
+        except BaseException:
+            if written:  # a file write failed: catalogue the ones before it, or remove them
                 try:
-                    with self._db.transaction(patient=patient) as con:
-                        self._db.upsert(con, [(key, heads[key]["fingerprint"], heads[key]["text"], size, time.time())])
-                        con.execute("DELETE FROM pending WHERE key = ? AND writer = ?", (key, writer))
+                    self._commit_rows(written, heads, writer, patient)
                 except BaseException:
-                    folder.remove_entry(self.path, key)  # never leave a stored-but-uncatalogued entry
-                    raise
+                    pass
+            raise
         finally:
             try:
                 with self._db.transaction(patient=patient) as con:
@@ -186,6 +195,35 @@ class DiskBackend:
             except sqlite3.Error:
                 pass  # settled by the next open once this process is gone
         self._evict()
+
+    def _commit_rows(self, written: list[tuple[str, int]], heads: dict[str, dict], writer: str,
+                     patient: bool) -> None:
+        """Catalogue written files in one transaction. Files whose rows cannot be committed
+        are removed (never a stored-but-uncatalogued entry) and the error raised; on a full
+        disk the newest file is removed first and the rest retried, so a batch that fills
+        the disk keeps every entry that fits."""
+        while written:
+            try:
+                with self._db.transaction(patient=patient) as con:
+                    now = time.time()
+                    self._db.upsert(con, [(k, heads[k]["fingerprint"], heads[k]["text"], n, now) for k, n in written])
+                    con.executemany("DELETE FROM pending WHERE key = ? AND writer = ?",
+                                    [(k, writer) for k, _ in written])
+                written.clear()
+            except BaseException as exc:
+                if len(written) > 1 and self._disk_full(exc):
+                    folder.remove_entry(self.path, written.pop()[0])
+                    continue
+                for key, _ in written:
+                    folder.remove_entry(self.path, key)
+                written.clear()
+                raise
+
+    def _disk_full(self, exc: BaseException) -> bool:
+        if not isinstance(exc, (sqlite3.OperationalError, OSError)):
+            return False
+        return "full" in str(exc) or "No space left" in str(exc) or "disk is full" in \
+            index_open.why_unwritable(self.path, exc)
 
     def _evict(self) -> None:
         """Remove least recently used entries until their bytes fit the size limit."""
@@ -250,6 +288,17 @@ class DiskBackend:
             with self._db.transaction() as con:
                 con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
                                 " ON CONFLICT(key) DO NOTHING", rows)
+
+    @_heals
+    def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
+        """Whether each key has a row, by primary-key lookups in batches (no text is read)."""
+        known: set[str] = set()
+        for lo in range(0, len(keys), 500):  # under SQLite's bound-parameter limit
+            batch = list(keys[lo:lo + 500])
+            marks = ",".join("?" * len(batch))
+            known.update(k for (k,) in self._db.query(
+                f"SELECT key FROM entries WHERE fingerprint = ? AND key IN ({marks})", [fingerprint, *batch]))
+        return [k in known for k in keys]
 
     @_heals
     def catalog_remove(self, fingerprint: str, keys: Sequence[str]) -> None:
