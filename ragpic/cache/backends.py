@@ -62,6 +62,12 @@ class KVBackend(Protocol):
 
     def catalog_remove(self, fingerprint: str, keys: Sequence[str]) -> None: ...
 
+    def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
+        """Whether each key has a catalog row, reading only those rows (never the whole
+        catalog): ``compile()`` of a stored corpus checks its keys with this, in batches.
+        Optional: without it the store reads the whole catalog instead."""
+        ...
+
 
 class MemoryBackend:
     """In-process LRU of entry bytes holding at most ``max_bytes`` of payload."""
@@ -109,6 +115,11 @@ class MemoryBackend:
             rows = self._catalogs.get(fingerprint, {})
             for k in keys:
                 rows.pop(k, None)
+
+    def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
+        with self._lock:
+            rows = self._catalogs.get(fingerprint, {})
+            return [k in rows for k in keys]
 
 
 def __getattr__(name: str) -> Any:

@@ -199,6 +199,17 @@ class RedisBackend:
         if keys:
             self._r.hdel(self._catalog(fingerprint), *keys)
 
+    def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
+        """Whether each key has a catalog row: HEXISTS per key, one pipelined round trip per
+        1,000 keys (the catalog is one hash, so one slot on a cluster)."""
+        out: list[bool] = []
+        for lo in range(0, len(keys), 1000):
+            pipe = self._r.pipeline(transaction=False)
+            for key in keys[lo:lo + 1000]:
+                pipe.hexists(self._catalog(fingerprint), key)
+            out.extend(bool(hit) for hit in pipe.execute())
+        return out
+
     # -- for `ragpic store check` ------------------------------------------------------------
     def scan_keys(self) -> Iterator[tuple[str, str]]:
         """``(kind, key)`` for every ``kv:`` / ``meta:`` key under the prefix (SCAN, not KEYS)."""

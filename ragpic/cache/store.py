@@ -176,8 +176,16 @@ class ChunkStore:
         return out
 
     def _recatalog(self, stored: dict[str, str]) -> None:
-        known = self.texts(refresh=True)
-        lost = {k: t for k, t in stored.items() if k not in known}
+        has = getattr(self.backend, "catalog_has", None)
+        if has is None:  # a backend without row lookups: read its whole catalog
+            known = self.texts(refresh=True)
+            lost = {k: t for k, t in stored.items() if k not in known}
+        else:
+            keys = list(stored)
+            ok, rows = self._call("read", has, self.fingerprint, keys)
+            if not ok or rows is None:
+                return
+            lost = {k: stored[k] for k, hit in zip(keys, rows) if not hit}
         if lost:
             ok, _ = self._call("write", self.backend.catalog_add, self.fingerprint, lost)  # type: ignore[union-attr]
             if ok:
