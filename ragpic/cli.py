@@ -30,6 +30,7 @@ Commands:
   eval needle   needle in a haystack (bundled Paul Graham essays)
   bench         link TTFT of every method vs context length
   store check   entries, bytes, corrupt and orphaned files of a KV store (--repair fixes them)
+  store stats   entries, bytes per token, hits, misses, evictions and recompiles of a KV store
   serve         an OpenAI-compatible server (continuous batching, context-cache API, shared Redis)
 
 `ragpic COMMAND --help` describes each. Everything runs offline on the embedded model."""

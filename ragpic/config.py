@@ -34,6 +34,9 @@ class Config:
             ``None`` (memory only).
         store_size_limit_gb: disk budget of a folder store (LRU eviction past it).
         memory_cache_mb: hot in-memory tier in front of the store.
+        store_stats_interval_s: at most this often, add this process's hits, misses and
+            recompiles to the store's shared counters (``ragpic store stats``) and log them
+            at INFO on the ``ragpic.cache`` logger; ``0``: only when the store is closed.
         kv_quant: ``"none"``, ``"int8"`` (per-token absmax, half the bytes of fp16) or
             ``"int4"`` (keys per channel, values per token: 0.14x the bytes of fp32).
         compile_on_miss: compile chunks found in a prompt but not in the store (and store them);
@@ -53,6 +56,7 @@ class Config:
     store: str | None = None
     store_size_limit_gb: float = 8.0
     memory_cache_mb: int = 512
+    store_stats_interval_s: float = 300.0
     kv_quant: str = "none"
     compile_on_miss: bool = True
     max_new_tokens: int = 256
@@ -72,6 +76,8 @@ class Config:
             check_int(name, getattr(self, name), minimum=1)
         check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)
         check_number("store_size_limit_gb", self.store_size_limit_gb, "a number of GiB > 0", lambda v: v > 0)
+        check_number("store_stats_interval_s", self.store_stats_interval_s, "a number of seconds >= 0 "
+                     "(0: only on close)", lambda v: v >= 0)
         check_number("temperature", self.temperature, "a number >= 0 (0 is greedy)", lambda v: v >= 0)
         check_number("top_p", self.top_p, "a number in (0, 1]", lambda v: 0 < v <= 1)
 

@@ -62,6 +62,7 @@ class RagPic:
             memory_bytes=self.config.memory_cache_mb << 20,
             size_limit_bytes=int(self.config.store_size_limit_gb * (1 << 30)),
             quant=self.config.kv_quant,
+            stats_interval_s=self.config.store_stats_interval_s,
         )
         from ragpic.cache.text_index_open import open_text_index
 
@@ -183,6 +184,11 @@ class RagPic:
         store's catalog when the index cannot answer (its server stalled or is down)."""
         found = self.text_index.candidates(text)
         return found if found is not None else self.store.texts().values()
+
+    def close(self) -> None:
+        """Close the store: this process's hits, misses and recompiles are added to its shared
+        counters (``ragpic store stats``), then its files or connections are closed."""
+        self.store.close()
 
     # ----- generate -------------------------------------------------------------------
     def sampling(self, **overrides) -> Sampling:

@@ -1,8 +1,8 @@
-"""``ragpic store check [--repair] PATH|URL``: report (and fix) what a KV store holds.
+"""``ragpic store check [--repair] PATH|URL`` and ``ragpic store stats PATH|URL``.
 
-Wired into ``ragpic/cli.py`` with :func:`add_parser` and :func:`run`; the logic lives in
-:mod:`ragpic.cache.check`. Exit status: 0 clean (or repaired), 1 problems left, 2 the
-target is not a store.
+Wired into ``ragpic/cli.py`` with :func:`add_parser`; the logic lives in
+:mod:`ragpic.cache.check` and :mod:`ragpic.cache.report`. ``check`` exits 0 clean (or
+repaired), 1 problems left, 2 the target is not a store; ``stats`` 0, or 2 not a store.
 """
 
 from __future__ import annotations
@@ -25,7 +25,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     check.add_argument("--prefix", default="ragpic:", help="Redis key prefix (default: ragpic:)")
     check.add_argument("--json", dest="json_out", action="store_true", help="print the counts as JSON")
     check.set_defaults(func=run)
+    stats = sub.add_parser("stats", help="entries, bytes, bytes per token, hits, misses, evictions, recompiles",
+                           description="Figures of a KV store and the counts of every process that used it "
+                                       "(read-only; cheap at any size).")
+    stats.add_argument("target", metavar="PATH|URL", help="the folder given as store= or redis://host:port/db")
+    stats.add_argument("--prefix", default="ragpic:", help="Redis key prefix (default: ragpic:)")
+    stats.add_argument("--json", dest="json_out", action="store_true", help="print the figures as JSON")
+    stats.set_defaults(func=run_stats)
     return store
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    """Run ``ragpic store stats``; 0, or 2 when the target is not a store."""
+    from ragpic.cache.report import format_report, store_report
+    from ragpic.errors import ConfigError
+
+    try:
+        report = store_report(args.target, prefix=args.prefix)
+    except ConfigError as exc:
+        print(f"ragpic store stats: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_json(), indent=1) if args.json_out else format_report(report))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -243,6 +243,8 @@ class DiskBackend:
                 folder.remove_entry(self.path, key)
             with self._db.transaction() as con:
                 con.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in victims])
+                if self._db.has_counters:
+                    self._db.add_counters(con, {"evictions": len(victims)})
             self.evictions += len(victims)
 
     @_heals
@@ -259,6 +261,19 @@ class DiskBackend:
         return {"backend": "disk", "path": str(self.path), "entries": entries, "volume_bytes": volume,
                 "size_limit_bytes": self.size_limit_bytes, "evictions": self.evictions,
                 "writable": self.writable, "why_readonly": self.why_readonly}
+
+    @_heals
+    def add_counters(self, deltas: Mapping[str, int]) -> None:
+        """Add a process's counts (hits, misses, ...) to the folder's persistent counters."""
+        self._check_writable()
+        if self._db.has_counters and any(deltas.values()):
+            with self._db.transaction() as con:
+                self._db.add_counters(con, dict(deltas))
+
+    @_heals
+    def counters(self) -> dict[str, int]:
+        """What every process using this folder counted (``{}`` on a read-only old index)."""
+        return self._db.counters()
 
     def manifest(self) -> dict[str, Any]:
         """The folder's manifest (``{}`` when absent or unreadable, see manifest.py)."""

@@ -9,6 +9,9 @@ Tables (see ``SCHEMA``):
 - ``pending(key, writer, started)``: keys a writer is about to write; a row left by a dead
   writer marks an interrupted write to reconcile on open (see :mod:`ragpic.cache.disk`).
 - ``totals``: entry count and bytes, kept by triggers, so stats and the size check are O(1).
+- ``counters(name, value)``: what every process using the folder did (hits, misses,
+  evictions, recompiles...), added to by each :class:`ChunkStore` (see ``ragpic store stats``).
+  An index made before this table existed gets it when opened writable.
 
 A database that is not exactly this schema, is truncated, or fails to open is reported as
 :class:`IndexDamaged`: the caller moves it aside and rebuilds. Opened with SQLite's
@@ -42,6 +45,9 @@ SCHEMA = (
     "CREATE TRIGGER entries_upd AFTER UPDATE OF bytes ON entries BEGIN"
     " UPDATE totals SET bytes = bytes - OLD.bytes + NEW.bytes; END",
 )
+# Added after the first release: a folder whose index has only SCHEMA_V1 gets it on open.
+COUNTERS = "CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID"
+SCHEMA_V1, SCHEMA = SCHEMA, SCHEMA + (COUNTERS,)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -49,16 +55,16 @@ class IndexDamaged(Exception):
     """``index.sqlite`` is not a ragpic index or is damaged; the message says how."""
 
 
-def _reference_master() -> set[tuple]:
+def _reference_master(schema: tuple[str, ...]) -> set[tuple]:
     con = sqlite3.connect(":memory:")
-    for stmt in SCHEMA:
+    for stmt in schema:
         con.execute(stmt)
     rows = set(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
     con.close()
     return rows
 
 
-_MASTER = _reference_master()
+_MASTER, _MASTER_V1 = _reference_master(SCHEMA), _reference_master(SCHEMA_V1)
 
 
 def check_header(path: Path) -> None:
@@ -98,6 +104,7 @@ class IndexDB:
         self._lock = threading.Lock()
         self._busy_ms = max(1, int(busy_s * 1000))
         self._con: sqlite3.Connection | None = None
+        self.has_counters = False
         try:
             self._con = self._connect()
             self._check_or_create()
@@ -142,8 +149,14 @@ class IndexDB:
                 if not self._master():
                     for stmt in SCHEMA:
                         self._con.execute(stmt)
-        if self._master() != _MASTER:
+        if self._master() == _MASTER_V1 and not self.readonly:
+            with self.transaction(patient=True):
+                if self._master() == _MASTER_V1:  # another process may have just added it
+                    self._con.execute(COUNTERS)
+        master = self._master()
+        if master != _MASTER and not (self.readonly and master == _MASTER_V1):
             raise IndexDamaged("its tables are not ragpic's index schema")
+        self.has_counters = master == _MASTER
         if self._con.execute("SELECT count(*) FROM totals").fetchone() != (1,):
             raise IndexDamaged("its totals row is missing")
         self._con.execute("SELECT key FROM entries LIMIT 1").fetchall()
@@ -181,6 +194,16 @@ class IndexDB:
         con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
                         " ON CONFLICT(key) DO UPDATE SET fingerprint = excluded.fingerprint,"
                         " text = excluded.text, bytes = excluded.bytes, access = excluded.access", rows)
+
+    def add_counters(self, con: sqlite3.Connection, deltas: dict[str, int]) -> None:
+        """Add to the store's persistent counters (inside the caller's transaction)."""
+        con.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                        [(k, int(v)) for k, v in deltas.items() if v])
+
+    def counters(self) -> dict[str, int]:
+        if not self.has_counters:
+            return {}
+        return {k: int(v) for k, v in self.query("SELECT name, value FROM counters")}
 
     def totals(self) -> tuple[int, int]:
         ((n, b),) = self.query("SELECT entries, bytes FROM totals")

@@ -18,11 +18,12 @@ DEFAULT_BUDGET_S = 0.25
 
 def open_store(spec: str | os.PathLike[str] | None, *, fingerprint: str, memory_bytes: int = DEFAULT_MEMORY_BYTES,
                size_limit_bytes: int = DEFAULT_SIZE_LIMIT, quant: str = "none", recipes: Sequence[str] = (),
-               redis_ttl_s: float | None = None, budget_s: float = DEFAULT_BUDGET_S) -> ChunkStore:
+               redis_ttl_s: float | None = None, budget_s: float = DEFAULT_BUDGET_S,
+               stats_interval_s: float = 300.0) -> ChunkStore:
     """Open a store from a spec: ``None``/``"memory"`` (memory only), ``"redis://..."``
     (:class:`RedisBackend`), else a folder (:class:`DiskBackend`); see :mod:`ragpic.cache.spec`.
 
-    ``budget_s`` bounds how long a query waits on a stalled store: Redis socket timeouts
+    ``stats_interval_s``: see :class:`ChunkStore`. ``budget_s`` bounds how long a query waits on a stalled store: Redis socket timeouts
     and SQLite lock waits on the query path (ingest waits longer); after one failure the
     breaker skips the store altogether. A folder that cannot be created or opened
     (e.g. a file in the way) degrades to a memory-only store with a warning and
@@ -33,7 +34,7 @@ def open_store(spec: str | os.PathLike[str] | None, *, fingerprint: str, memory_
             (naming ``store`` and what to pass); or the folder holds a newer format.
     """
     parsed = parse_store(spec)
-    kwargs = dict(fingerprint=fingerprint, memory_bytes=memory_bytes, quant=quant)
+    kwargs = dict(fingerprint=fingerprint, memory_bytes=memory_bytes, quant=quant, stats_interval_s=stats_interval_s)
     if parsed.kind == "memory":
         return ChunkStore(None, **kwargs)  # type: ignore[arg-type]
     if parsed.kind == "redis":

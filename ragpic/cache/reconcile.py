@@ -63,13 +63,14 @@ def inspect(root: Path, key: str, *, full: bool = False) -> tuple[str, str, int]
         header, _ = verify(data)
         size = len(data)
     else:
-        header, size = _head(root, key)
+        header, size = read_head(root, key)
     if chunk_key(header["fingerprint"], header["text"], header["recipe"], header["dtype"]) != key:
         raise CorruptEntry("entry holds another chunk than its file name says (misfiled)")
     return header["fingerprint"], header["text"], size
 
 
-def _head(root: Path, key: str) -> tuple[dict, int]:
+def read_head(root: Path, key: str) -> tuple[dict, int]:
+    """``(header, file size)`` of an entry file, reading only its prefix and header."""
     path = folder.entry_path(root, key)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as f:

@@ -5,6 +5,7 @@ Keys, for a store key ``k`` and prefix ``p``::
     p + "kv:" + k              the entry bytes
     p + "meta:" + k            the payload length as ASCII; written *after* the payload
     p + "catalog:" + fp        hash  key -> chunk text  (see ChunkStore.texts())
+    p + "counters"             hash  hits, misses, ... added by every store (ragpic store stats)
 
 On a Redis Cluster (``redis-cluster://host:port,...``) the entry keys carry a hash tag,
 ``p + "kv:{" + k + "}"`` and ``p + "meta:{" + k + "}"``, so both keys of one entry live in one
@@ -208,6 +209,29 @@ class RedisBackend:
             for key in keys[lo:lo + 1000]:
                 pipe.hexists(self._catalog(fingerprint), key)
             out.extend(bool(hit) for hit in pipe.execute())
+        return out
+
+    # -- shared counters (`ragpic store stats`) ----------------------------------------------
+    def add_counters(self, deltas: Mapping[str, int]) -> None:
+        """HINCRBY each count into one hash (one slot on a cluster), in one round trip."""
+        pipe = self._r.pipeline(transaction=False)
+        for name, n in deltas.items():
+            if n:
+                pipe.hincrby(f"{self.prefix}counters", name, int(n))
+        pipe.execute()
+
+    def counters(self) -> dict[str, int]:
+        """What every process using this server counted; Redis's own evictions (``maxmemory``)
+        and expiries (``ttl_s``) are the server's, server-wide."""
+        out = {k.decode(): int(v) for k, v in self._r.hgetall(f"{self.prefix}counters").items()}
+        if self.cluster:  # every primary's figures, summed
+            per_node = self._r.info("stats", target_nodes=self._r.PRIMARIES)
+            nodes = [v for v in per_node.values() if isinstance(v, dict)] or [per_node]
+            info = {k: sum(int(n.get(k, 0)) for n in nodes) for k in ("evicted_keys", "expired_keys")}
+        else:
+            info = self._r.info("stats")
+        out["server_evicted_keys"] = int(info.get("evicted_keys", 0))
+        out["server_expired_keys"] = int(info.get("expired_keys", 0))
         return out
 
     # -- for `ragpic store check` ------------------------------------------------------------

@@ -31,7 +31,7 @@ from ragpic.cache.entry import QUANTS, CorruptEntry, decode, encode
 from ragpic.cache.expect import Expected, check_expected, verify_entry
 from ragpic.cache.lru import ByteLRU
 from ragpic.cache.guard import Guard
-from ragpic.cache.stats import StoreStats
+from ragpic.cache.stats import SharedCounts, StoreStats, summary
 from ragpic.cache.write_errors import describe, write_error
 from ragpic.core.kv import ChunkKV
 
@@ -57,11 +57,15 @@ class ChunkStore:
         verify_keys: check that a decoded entry's (text, recipe, dtype) hashes to its key.
         cooldown_s, max_backoff_s: the breaker's first and longest back-off after a failure.
         catalog_refresh_s: :meth:`texts` re-reads the backend catalog after this long.
+        stats_interval_s: at most this often (on the next read or write), add this process's
+            counts to the backend's shared counters and log them at INFO on ``ragpic.cache``
+            (0: only on :meth:`close`).
     """
 
     def __init__(self, backend: KVBackend | None, *, fingerprint: str, memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  quant: str = "none", verify_keys: bool = True, cooldown_s: float = 1.0,
-                 max_backoff_s: float = 60.0, catalog_refresh_s: float = 30.0) -> None:
+                 max_backoff_s: float = 60.0, catalog_refresh_s: float = 30.0,
+                 stats_interval_s: float = 300.0) -> None:
         if quant not in QUANTS:
             raise ValueError(f"unknown quant {quant!r}: expected one of {QUANTS}")
         self.backend, self.fingerprint, self.quant, self.verify_keys = backend, fingerprint, quant, verify_keys
@@ -71,6 +75,7 @@ class ChunkStore:
         self._lock = threading.Lock()
         self._bad: set[str] = set()  # corrupt entries the backend could not delete: never re-read
         self._catalog = CatalogView(self._read_catalog, catalog_refresh_s)
+        self._shared = SharedCounts(stats_interval_s)
 
     @property
     def breaker(self) -> Breaker:
@@ -118,6 +123,7 @@ class ChunkStore:
                 else:
                     found[key] = kv
         self._drop(bad)
+        self._tick()
         return found
 
     def _load(self, key: str, data: bytes, expect: Expected | None, bad: list[str]) -> ChunkKV | None:
@@ -235,7 +241,8 @@ class ChunkStore:
             self._bad.discard(key)
         stored = list(encoded) if self.backend is None else self._put_backend(encoded, items, strict)
         written = sum(len(encoded[k]) for k in stored) if self.backend else 0
-        self._count(puts=len(stored), bytes_written=written)
+        self._count(puts=len(stored), bytes_written=written, recompiles=0 if strict else len(stored))
+        self._tick()
         return stored
 
     def _put_backend(self, encoded: dict[str, bytes], items: Mapping[str, tuple[ChunkKV, str]],
@@ -278,14 +285,34 @@ class ChunkStore:
             return dataclasses.replace(self._stats)
 
     def reset_stats(self) -> None:
+        self.flush_stats()  # the shared counters keep what this process counted so far
         with self._lock:
             self._stats = StoreStats()
+        self._shared.reset()
+
+    def _tick(self) -> None:
+        if self._shared.due():
+            self.flush_stats()
+            ok, figures = self._call("read", getattr(self.backend, "stats", None))
+            log.info("%s", summary(self.stats(), figures if ok else None))
+
+    def flush_stats(self) -> None:
+        """Add what this process counted since the last flush to the backend's shared
+        counters (what ``ragpic store stats`` shows); a no-op without a writable backend."""
+        add = getattr(self.backend, "add_counters", None)
+        if add is None or not getattr(self.backend, "writable", True):
+            return
+        snapshot = self.stats()
+        delta = self._shared.delta(snapshot)
+        if any(delta.values()) and self._call("write", add, delta)[0]:
+            self._shared.added(snapshot)
 
     def clear_memory(self) -> None:
         """Drop the hot tier (the backend keeps its entries)."""
         self._hot.clear()
 
     def close(self) -> None:
+        self.flush_stats()
         self._hot.clear()
         if self.backend is not None:
             try:

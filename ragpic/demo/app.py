@@ -134,6 +134,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
     s = engine.store.stats()
     print(f"\nKV store: {s.hits} hits ({s.memory_hits} memory, {s.backend_hits} {'disk' if not args.store else 'store'}),"
           f" {s.misses} misses", file=out)
+    engine.close()  # adds this run's counts to the store's shared counters (`ragpic store stats`)
     return results
 
 

@@ -88,5 +88,5 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(engine, settings)
     print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
-    engine.store.close()
+    engine.close()
     return 0
