@@ -175,7 +175,8 @@ class RagPic:
         from_store = set(kvs)
         missing = [(k, t) for t, k in keys.items() if k not in kvs]
         if missing and self.config.compile_on_miss:
-            kvs.update(self._compile_and_store(missing, method))
+            compiled = self._compile_and_store(missing, method)
+            kvs.update({k: self.store.stored_form(kv) for k, kv in compiled.items()})
             stats.compiled = len(missing)
         return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
 

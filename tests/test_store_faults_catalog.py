@@ -39,7 +39,8 @@ def lm():
 
 
 def _engine(lm, store: Path) -> RagPic:
-    return RagPic(Config(store=str(store), max_new_tokens=2), lm=lm)
+    # exact entries: the disk-full test sizes its tmpfs so that they fill it mid-batch
+    return RagPic(Config(store=str(store), max_new_tokens=2, kv_quant="none"), lm=lm)
 
 
 def _fill(path: Path, n: int = 12) -> dict[str, str]:

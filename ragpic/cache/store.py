@@ -76,6 +76,7 @@ class ChunkStore:
         self._bad: set[str] = set()  # corrupt entries the backend could not delete: never re-read
         self._catalog = CatalogView(self._read_catalog, catalog_refresh_s)
         self._shared = SharedCounts(stats_interval_s)
+        self._flush_lock = threading.Lock()
 
     @property
     def breaker(self) -> Breaker:
@@ -271,6 +272,14 @@ class ChunkStore:
             self._call("write", self.backend.catalog_add, self.fingerprint, texts)  # type: ignore[union-attr]
         self._catalog.add(texts)
 
+    def stored_form(self, kv: ChunkKV) -> ChunkKV:
+        """``kv`` as a read of its entry would return it: ``kv`` itself in exact storage, else
+        its int8/int4 round trip. A query that compiled a missing chunk links this, so its
+        answer is the one every later query that hits the entry gets."""
+        if self.quant == "none":
+            return kv
+        return decode(encode(kv.to("cpu"), text="", quant=self.quant), fingerprint=kv.fingerprint)[0].to(kv.keys.device)
+
     def delete_many(self, keys: Sequence[str]) -> list[str]:
         """Delete these entries (hot tier, backend, catalog); return the keys that were stored.
         (Added for ``ragpic serve``'s ``DELETE /v1/context_cache/{id}``.)"""
@@ -302,10 +311,11 @@ class ChunkStore:
         add = getattr(self.backend, "add_counters", None)
         if add is None or not getattr(self.backend, "writable", True):
             return
-        snapshot = self.stats()
-        delta = self._shared.delta(snapshot)
-        if any(delta.values()) and self._call("write", add, delta)[0]:
-            self._shared.added(snapshot)
+        with self._flush_lock:  # two threads flushing at once must not add the same counts twice
+            snapshot = self.stats()
+            delta = self._shared.delta(snapshot)
+            if any(delta.values()) and self._call("write", add, delta)[0]:
+                self._shared.added(snapshot)
 
     def clear_memory(self) -> None:
         """Drop the hot tier (the backend keeps its entries)."""
