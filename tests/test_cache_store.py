@@ -221,3 +221,24 @@ def test_unusable_folder_degrades_to_memory(tmp_path: Path, caplog: pytest.LogCa
     assert "unusable" in caplog.text
     items = _fill(store, [1])
     assert set(store.get_many(list(items))) == set(items)
+
+
+def test_a_chunk_compiled_on_a_miss_is_linked_as_the_store_will_return_it(tmp_path: Path) -> None:
+    """With the default int8 store, the query that compiles a missing chunk links the same
+    (int8) KV that every later query loads, so its answer is not a one-off."""
+    from prompts import CHUNKS
+    from ragpic import Config, RagPic
+    from tiny import tiny_lm
+
+    engine = RagPic(Config(store=str(tmp_path / "kv"), device="cpu"), lm=tiny_lm("llama"))
+    assert engine.config.kv_quant == "int8"
+    prompt = engine.format_prompt(CHUNKS[0] + "\n\n" + CHUNKS[1] + " what did the fox do?")
+    miss, stats = engine.segments(prompt, hints=CHUNKS[:2])
+    assert stats.compiled == 2
+    engine.store.clear_memory()
+    hit, stats = engine.segments(prompt, hints=CHUNKS[:2])
+    assert (stats.loaded, stats.compiled) == (2, 0)
+    chunks = [(a.kv, b.kv) for a, b in zip(miss, hit) if a.is_chunk]
+    assert len(chunks) == 2 and all(a.is_quantized and b.is_quantized for a, b in chunks)
+    assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values) for a, b in chunks)
+    engine.close()
