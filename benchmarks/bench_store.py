@@ -8,6 +8,10 @@ run; that is the steady state of a hot KV folder, not a cold disk.
 
     python benchmarks/bench_store.py [--chunks 8] [--runs 5] [--json out.json]
 
+Per format it also reports bytes per token of an entry and the time to encode one (quantize,
+checksum, serialise: what the compiling device pays at store time); "load ms" on the memory
+tier is decoding plus verifying.
+
 Compile time: the CLI compiles one chunk of the same length with the embedded SmolLM2 (in
 fp32 on the CPU: the dtype the model runs in here) and shows its median ms beside the load
 times, so you can see when loading beats recomputing (``--no-compile`` skips it).
@@ -33,6 +37,7 @@ import torch
 
 from ragpic.cache import ChunkStore, chunk_key
 from ragpic.cache.backends import DiskBackend, MemoryBackend
+from ragpic.cache.entry import encode
 from ragpic.core.kv import ChunkKV
 
 FP = "bench/smollm2-geometry"
@@ -104,6 +109,10 @@ def run(*, chunks: int = 8, runs: int = 5, tokens: int = 512, layers: int = 30, 
                 compile_fn(dtype)
                 compile_ms = statistics.median(_timed(lambda: compile_fn(dtype)) for _ in range(runs)) * 1e3
             for quant in quants:
+                kv0, text0 = next(iter(items.values()))
+                encode_ms = statistics.median(_timed(lambda: encode(kv0, text=text0, quant=quant))
+                                              for _ in range(runs)) * 1e3
+                entry_bytes = len(encode(kv0, text=text0, quant=quant))
                 tiers: dict[str, Callable[[], ChunkStore]] = {
                     "hot": lambda: ChunkStore(None, fingerprint=FP, memory_bytes=4 * chunks * kv_bytes, quant=quant),
                     "memory": lambda: ChunkStore(MemoryBackend(4 * chunks * kv_bytes), fingerprint=FP, memory_bytes=0, quant=quant),
@@ -125,7 +134,8 @@ def run(*, chunks: int = 8, runs: int = 5, tokens: int = 512, layers: int = 30, 
                     entry = store.stats().bytes_read // max(1, store.stats().backend_hits) or kv_bytes
                     rows.append({"dtype": dname, "quant": quant, "tier": tier, "tokens": tokens,
                                  "kv_mib": kv_bytes / 2**20, "entry_mib": entry / 2**20, "ms_per_chunk": med * 1e3,
-                                 "mb_per_s": kv_bytes / 1e6 / med, "compile_ms": compile_ms})
+                                 "mb_per_s": kv_bytes / 1e6 / med, "compile_ms": compile_ms,
+                                 "encode_ms": encode_ms, "bytes_per_token": entry_bytes / tokens})
                     store.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -142,13 +152,14 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'dtype':8} {'quant':5} {'tier':9} {'KV MiB':>7} {'entry MiB':>9} {'ms/chunk':>9} {'KV MB/s':>9} {'compile ms':>10}"
+    head = (f"{'dtype':8} {'quant':5} {'tier':9} {'KV MiB':>7} {'entry MiB':>9} {'B/token':>8} {'encode ms':>9} "
+            f"{'load ms':>8} {'KV MB/s':>9} {'compile ms':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
         comp = "-" if r["compile_ms"] is None else f"{r['compile_ms']:.1f}"
         rate = "(no I/O)" if r["tier"] == "hot" else f"{r['mb_per_s']:.0f}"
         lines.append(f"{r['dtype']:8} {r['quant']:5} {r['tier']:9} {r['kv_mib']:7.2f} {r['entry_mib']:9.2f} "
-                     f"{r['ms_per_chunk']:9.3f} {rate:>9} {comp:>10}")
+                     f"{r['bytes_per_token']:8,.0f} {r['encode_ms']:9.1f} {r['ms_per_chunk']:8.2f} {rate:>9} {comp:>10}")
     return "\n".join(lines)
 
 
