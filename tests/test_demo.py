@@ -99,3 +99,11 @@ def test_a_failed_first_run_leaves_no_index_folder(tmp_path, musique, home, monk
     ours = [line for line in err.splitlines() if line.startswith("ragpic")]  # transformers' load bar aside
     assert len(ours) == 1 and "simulated" in ours[0] and "Traceback" not in err, err
     assert not home.exists() or not any(home.iterdir()), list(home.rglob("*"))
+
+
+def test_ingest_line_says_when_unchanged_files_had_their_kv_compiled_again() -> None:
+    from ragpic.demo.corpus import Changes, describe
+
+    assert describe(Changes(unchanged=["a.txt", "b.txt"]), 0, 60, 0) == \
+        "2 files unchanged: 60 chunks compiled again (their KV was missing from the KV store)"
+    assert describe(Changes(unchanged=["a.txt"]), 0, 0, 0) == "1 file unchanged: nothing to ingest"

@@ -157,6 +157,8 @@ def describe(ch: Changes, new_chunks: int, compiled: int, dropped: int) -> str:
     if new_chunks:
         what.append(_n(compiled, "chunk") + " compiled" if compiled == new_chunks else
                     f"{_n(new_chunks, 'new chunk')} ({compiled} compiled, {new_chunks - compiled} already in the KV store)")
+    elif compiled:  # nodes unchanged, but their KV was not in the store (deleted, evicted, a new store=)
+        what.append(f"{_n(compiled, 'chunk')} compiled again (their KV was missing from the KV store)")
     if dropped:
         what.append(f"{_n(dropped, 'chunk')} dropped")
     return f"{', '.join(parts)}: {', '.join(what) or 'nothing to ingest'}"
