@@ -178,8 +178,7 @@ class DiskBackend:
             for key, data in items.items():
                 written.append((key, folder.write_entry(self.path, key, bytes(data), writer)))
                 if len(written) >= _GROUP or sum(n for _, n in written) >= _GROUP_BYTES:
-                    self._commit_rows(written, heads, writer, patient)
-                    written = []
+                    self._commit_rows(written, heads, writer, patient)  # empties ``written``
             self._commit_rows(written, heads, writer, patient)
         except BaseException:
             if written:  # a file write failed: catalogue the ones before it, or remove them
@@ -220,10 +219,12 @@ class DiskBackend:
                 raise
 
     def _disk_full(self, exc: BaseException) -> bool:
-        if not isinstance(exc, (sqlite3.OperationalError, OSError)):
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        if not isinstance(exc, sqlite3.OperationalError):
             return False
-        return "full" in str(exc) or "No space left" in str(exc) or "disk is full" in \
-            index_open.why_unwritable(self.path, exc)
+        # SQLite says "database or disk is full", or only "disk I/O error": ask the filesystem
+        return "is full" in str(exc) or "disk is full" in index_open.why_unwritable(self.path, exc)
 
     def _evict(self) -> None:
         """Remove least recently used entries until their bytes fit the size limit."""
