@@ -81,12 +81,17 @@ CREATE TABLE IF NOT EXISTS postings (fp TEXT NOT NULL, key TEXT NOT NULL, anchor
 CREATE INDEX IF NOT EXISTS postings_anchor ON postings (fp, anchor);
 CREATE TABLE IF NOT EXISTS shorts (fp TEXT NOT NULL, length INTEGER NOT NULL, PRIMARY KEY (fp, length));
 CREATE TABLE IF NOT EXISTS filled (fp TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS counts (fp TEXT PRIMARY KEY, n INTEGER NOT NULL);
-CREATE TRIGGER IF NOT EXISTS postings_ins AFTER INSERT ON postings BEGIN
-    INSERT INTO counts VALUES (NEW.fp, 1) ON CONFLICT (fp) DO UPDATE SET n = n + 1; END;
-CREATE TRIGGER IF NOT EXISTS postings_del AFTER DELETE ON postings BEGIN
-    UPDATE counts SET n = n - 1 WHERE fp = OLD.fp; END;
 """
+# Rows per fingerprint, kept by triggers so that count() is O(1); added to older files by
+# _add_counts, table, rows and triggers in one transaction (a concurrent insert cannot slip
+# between the COUNT(*) and the triggers).
+_COUNTS = (
+    "CREATE TABLE IF NOT EXISTS counts (fp TEXT PRIMARY KEY, n INTEGER NOT NULL)",
+    "INSERT OR REPLACE INTO counts SELECT fp, COUNT(*) FROM postings GROUP BY fp",
+    "CREATE TRIGGER postings_ins AFTER INSERT ON postings BEGIN"
+    " INSERT INTO counts VALUES (NEW.fp, 1) ON CONFLICT (fp) DO UPDATE SET n = n + 1; END",
+    "CREATE TRIGGER postings_del AFTER DELETE ON postings BEGIN UPDATE counts SET n = n - 1 WHERE fp = OLD.fp; END",
+)
 
 
 class SqliteTable:
@@ -103,17 +108,19 @@ class SqliteTable:
             # 1.1-1.5x that at 1k with it, 1.5-2.3x without (tests/test_text_index.py -s).
             self._db.execute("PRAGMA mmap_size=268435456")
             self._db.executescript(_SCHEMA)
-            self._count_once()
+            self._add_counts()
 
-    def _count_once(self) -> None:
-        """A file written before ``counts`` existed is counted once (O(index)); the triggers
-        keep the count from then on, so :meth:`count` on every open is O(1)."""
-        if self._db.execute("SELECT 1 FROM counts WHERE fp=?", (self.fp,)).fetchone() is not None:
+    def _add_counts(self) -> None:
+        """Give a file without the ``counts`` table (new, or written by an older ragpic) its
+        table, one O(index) count, and the triggers, atomically; a no-op from then on."""
+        has = "SELECT 1 FROM sqlite_master WHERE type='trigger' AND name='postings_ins'"
+        if self._db.execute(has).fetchone() is not None:
             return
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.execute("INSERT OR IGNORE INTO counts SELECT ?, COUNT(*) FROM postings WHERE fp=?",
-                             (self.fp, self.fp))
+            if self._db.execute(has).fetchone() is None:  # another process may have just added them
+                for stmt in _COUNTS:
+                    self._db.execute(stmt)
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
