@@ -57,7 +57,7 @@ QUANTS = ("none", "int8", "int4")
 if sys.byteorder != "little":  # raw tensor bytes are written in host order
     raise ImportError("ragpic KV entries are little-endian; big-endian hosts are unsupported")
 
-_PREFIX = struct.Struct("<4sHI16s")
+PREFIX = struct.Struct("<4sHI16s")  # magic, format version, header length, header digest
 _MAX_HEADER = 64 * 2**20
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _REQUIRED = {
@@ -161,7 +161,7 @@ def encode(kv: ChunkKV, *, text: str, quant: str = "none") -> bytes:
     }
     hbytes = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     digest = hashlib.sha256(hbytes).digest()[:16]
-    return b"".join((_PREFIX.pack(MAGIC, FORMAT_VERSION, len(hbytes), digest), hbytes, payload))
+    return b"".join((PREFIX.pack(MAGIC, FORMAT_VERSION, len(hbytes), digest), hbytes, payload))
 
 
 def read_header(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
@@ -174,17 +174,17 @@ def read_header(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
         CorruptEntry: with a message naming what is wrong.
     """
     view = memoryview(data)
-    if len(view) < _PREFIX.size:
-        raise CorruptEntry(f"entry is {len(view)} bytes, shorter than the {_PREFIX.size}-byte prefix (truncated)")
-    magic, version, hlen, digest = _PREFIX.unpack_from(view, 0)
+    if len(view) < PREFIX.size:
+        raise CorruptEntry(f"entry is {len(view)} bytes, shorter than the {PREFIX.size}-byte prefix (truncated)")
+    magic, version, hlen, digest = PREFIX.unpack_from(view, 0)
     if magic != MAGIC:
         raise CorruptEntry(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not a ragpic KV entry")
     if version != FORMAT_VERSION:
         raise CorruptEntry(f"entry format version {version}, this ragpic reads version {FORMAT_VERSION}")
-    start = _PREFIX.size + hlen
+    start = PREFIX.size + hlen
     if hlen > _MAX_HEADER or start > len(view):
         raise CorruptEntry(f"header length {hlen} runs past the entry's {len(view)} bytes (truncated)")
-    hbytes = view[_PREFIX.size : start]
+    hbytes = view[PREFIX.size : start]
     if hashlib.sha256(hbytes).digest()[:16] != digest:
         raise CorruptEntry("header checksum mismatch: the header bytes were altered")
     try:
@@ -285,3 +285,9 @@ def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu")
         kv = kv.to(device)
     return kv, header["text"]
 
+
+def round_trip(kv: ChunkKV, quant: str) -> ChunkKV:
+    """``kv`` as a store with ``quant`` hands it back: encoded as an entry, then decoded (on
+    ``kv``'s device). ``quant="none"`` returns an exact copy."""
+    back, _ = decode(encode(kv.to("cpu"), text="", quant=quant), fingerprint=kv.fingerprint)
+    return back.to(kv.keys.device)

@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragpic.cache import folder
-from ragpic.cache.entry import CorruptEntry, payload_size, read_header, verify
+from ragpic.cache.entry import PREFIX, CorruptEntry, payload_size, read_header, verify
 from ragpic.cache.index_db import IndexDB
 from ragpic.cache.keys import chunk_key
 
 log = logging.getLogger("ragpic.cache")
 
-_PREFIX = struct.Struct("<4sHI16s")
 
 
 @dataclass(slots=True)
@@ -75,8 +73,8 @@ def read_head(root: Path, key: str) -> tuple[dict, int]:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        prefix = f.read(_PREFIX.size)
-        hlen = _PREFIX.unpack(prefix)[2] if len(prefix) == _PREFIX.size else 0
+        prefix = f.read(PREFIX.size)
+        hlen = PREFIX.unpack(prefix)[2] if len(prefix) == PREFIX.size else 0
         header, start = read_header(prefix + f.read(min(hlen, 64 * 2**20)))
     if size != start + payload_size(header):
         raise CorruptEntry(f"file is {size} bytes, header says {start + payload_size(header)} (truncated or padded)")

@@ -13,19 +13,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragpic.cache.entry import CorruptEntry, read_header
+from ragpic.cache.entry import PREFIX, CorruptEntry, read_header
 from ragpic.cache.spec import parse_store
 from ragpic.errors import ConfigError
 
 __all__ = ["StoreReport", "format_report", "store_report"]
 
 SAMPLE = 256
-_PREFIX = struct.Struct("<4sHI16s")  # magic, version, header length, digest (see entry.py)
 
 
 @dataclass(slots=True)
@@ -133,12 +131,12 @@ def _redis_report(url: str, prefix: str, sample: int) -> StoreReport:
 def _redis_head(backend, key: str) -> tuple[dict, int] | None:
     """``(header, entry size)`` of one Redis entry, reading its prefix and header only."""
     r, name = backend.client, backend._kv(key)  # noqa: SLF001
-    prefix = r.getrange(name, 0, _PREFIX.size - 1)
-    if len(prefix) < _PREFIX.size:
+    prefix = r.getrange(name, 0, PREFIX.size - 1)
+    if len(prefix) < PREFIX.size:
         return None
-    hlen = _PREFIX.unpack(prefix)[2]
+    hlen = PREFIX.unpack(prefix)[2]
     try:
-        header, _ = read_header(prefix + r.getrange(name, _PREFIX.size, _PREFIX.size + hlen - 1))
+        header, _ = read_header(prefix + r.getrange(name, PREFIX.size, PREFIX.size + hlen - 1))
     except CorruptEntry:
         return None
     return header, int(r.strlen(name))

@@ -27,7 +27,7 @@ from ragpic.cache import backend_calls
 from ragpic.cache.backends import KVBackend
 from ragpic.cache.breaker import Breaker
 from ragpic.cache.catalog_view import CatalogView
-from ragpic.cache.entry import QUANTS, CorruptEntry, decode, encode
+from ragpic.cache.entry import QUANTS, CorruptEntry, decode, encode, round_trip
 from ragpic.cache.expect import Expected, check_expected, verify_entry
 from ragpic.cache.lru import ByteLRU
 from ragpic.cache.guard import Guard
@@ -276,9 +276,7 @@ class ChunkStore:
         """``kv`` as a read of its entry would return it: ``kv`` itself in exact storage, else
         its int8/int4 round trip. A query that compiled a missing chunk links this, so its
         answer is the one every later query that hits the entry gets."""
-        if self.quant == "none":
-            return kv
-        return decode(encode(kv.to("cpu"), text="", quant=self.quant), fingerprint=kv.fingerprint)[0].to(kv.keys.device)
+        return kv if self.quant == "none" else round_trip(kv, self.quant)
 
     def delete_many(self, keys: Sequence[str]) -> list[str]:
         """Delete these entries (hot tier, backend, catalog); return the keys that were stored.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ragpic.cache.entry import round_trip as store_round_trip  # the KV a store with that quant hands back
 from ragpic.core.compile import compile_chunks
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import parse_method
@@ -73,14 +74,6 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
             recipe, quant = variant.split("@")
             out[variant] = [store_round_trip(kv, quant) for kv in out[recipe]]
     return out
-
-
-def store_round_trip(kv: ChunkKV, quant: str) -> ChunkKV:
-    """The KV a store with ``quant`` hands back: encoded as an entry, then decoded."""
-    from ragpic.cache.entry import decode, encode
-
-    back, _ = decode(encode(kv.to("cpu"), text="", quant=quant), fingerprint=kv.fingerprint)
-    return back.to(kv.keys.device)
 
 
 def build_segments(tokenizer, prefix: str, kvs: Sequence[ChunkKV], suffix: str, glue: str | None = GLUE) -> list[Segment]:
