@@ -16,6 +16,7 @@ from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
 from ragpic.core.ops.attention import (ATTENTION_NAME, Band, BandPlan, call_cost_for, plan_bands, query_bands,
                                       use_banded_attention, uses_banded_attention)
+from ragpic.core.ops.key_blocks import KeyBlockPlan, key_blocks_available, plan_key_blocks
 from ragpic.core.ops.device import auto_dtype, default_dtype, host_ints, normalize_device
 from ragpic.errors import UnsupportedModelError
 
@@ -42,6 +43,8 @@ class LoadedModel:
         call_cost: the price of one attention call in row x key pairs, for cutting bands
             (None: the device's, :func:`ragpic.core.ops.attention.call_cost_for`; a huge value
             gives one band per forward).
+        key_blocks: on the CPU in fp32, run a forward of several bands as one pass per key
+            block (:mod:`ragpic.core.ops.key_blocks`); False keeps one call per band.
     """
 
     model: torch.nn.Module
@@ -55,6 +58,7 @@ class LoadedModel:
     head_dim: int
     sliding_window: int | None = None
     call_cost: int | None = None
+    key_blocks: bool = True
 
     @property
     def banded_attention(self) -> bool:
@@ -73,12 +77,16 @@ class LoadedModel:
         cost = self.call_cost if self.call_cost is not None else call_cost_for(self.device)
         return query_bands(host_ints(positions), sliding_window=self.sliding_window, call_cost=cost)
 
-    def band_plan(self, host_positions: torch.Tensor | list[int], mask: torch.Tensor) -> BandPlan | None:
-        """:meth:`bands` with each band's slice of the ``(1, 1, R, N)`` ``mask`` built once per forward."""
+    def band_plan(self, host_positions: torch.Tensor | list[int], mask: torch.Tensor) -> BandPlan | KeyBlockPlan | None:
+        """:meth:`bands` with each band's slice of the ``(1, 1, R, N)`` ``mask`` built once per
+        forward; several bands on the CPU in fp32 become a :class:`KeyBlockPlan` (``key_blocks``)."""
         bands = self.bands(host_positions)
         if bands is None:
             return None
         groups = int(self.model.config.num_attention_heads) // self.num_kv_heads
+        if (self.key_blocks and len(bands) > 1 and self.sliding_window is None
+                and key_blocks_available(self.device, mask.dtype)):
+            return plan_key_blocks(bands, host_ints(host_positions), mask, groups=groups)
         return plan_bands(bands, mask, groups=groups, fold=self.device.type != "cpu")
 
     def causal_kernel_ok(self, length: int) -> bool:

@@ -12,8 +12,9 @@ attention FLOPs and copies no K/V.
 :func:`use_banded_attention` registers the function in transformers' ``AttentionInterface``
 under :data:`ATTENTION_NAME` and switches one model to it (an explicit call:
 :func:`ragpic.core.model.load_model` makes it for the models it loads; ``wrap_model`` only when
-asked). A forward without ``ragpic_bands`` falls through to transformers' own SDPA, so the
-model behaves exactly as before everywhere else.
+asked). On the CPU in fp32, a forward of several bands runs as one pass per key block instead
+(:mod:`ragpic.core.ops.key_blocks`). A forward without ``ragpic_bands`` falls through to
+transformers' own SDPA, so the model behaves exactly as before everywhere else.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.core.ops.attention_probe import AttentionProbe
+from ragpic.core.ops.key_blocks import KeyBlockPlan, key_block_sdpa
 from ragpic.core.ops.sdpa import fold_mask, grouped_sdpa
 
 ATTENTION_NAME = "ragpic_sdpa"
@@ -134,8 +136,10 @@ def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     Args:
         query: ``(1, H, R, D)``; key, value: ``(1, H_kv, N, D)`` (not repeated per head).
         attention_mask: ``(1, 1, R, N)`` additive mask, required with bare ``ragpic_bands``.
-        ragpic_bands: a :class:`BandPlan` (its masks prebuilt), or bands from
-            :func:`query_bands` (masks sliced here); without it this is transformers' SDPA.
+        ragpic_bands: a :class:`BandPlan` (its masks prebuilt), a
+            :class:`~ragpic.core.ops.key_blocks.KeyBlockPlan` (the CPU's pass per key block),
+            or bands from :func:`query_bands` (masks sliced here); without it this is
+            transformers' SDPA.
         ragpic_probe: records the last rows' attention probabilities (the query-guided link);
             the output does not change.
     Returns:
@@ -146,6 +150,8 @@ def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
         return batched_sdpa(module, query, kwargs["ragpic_batch"], dropout=dropout, scaling=scaling)
     if ragpic_probe is not None:
         ragpic_probe.record(query, key, attention_mask, scaling)
+    if isinstance(ragpic_bands, KeyBlockPlan):
+        return key_block_sdpa(query, key, value, ragpic_bands, scaling), None
     if ragpic_bands is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
