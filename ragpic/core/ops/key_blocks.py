@@ -89,6 +89,8 @@ def key_block_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     """
     flash = _flash()
     _, h, r, d = query.shape
+    if r != plan.rows:
+        raise ValueError(f"key-block plan is for {plan.rows} query rows, the forward has {r}")
     kv_heads = key.shape[1]
     parts = []  # (row_start, row_end, out (1, H, rows, D), lse (1, H, rows))
     calls = [(r0, r, k0, k1, None) for r0, k0, k1 in plan.whole if k1 > k0] + list(plan.own)
