@@ -78,3 +78,12 @@ def test_link_with_key_blocks_equals_link_with_one_call_per_band(kind, monkeypat
         for x, y in zip(a.cache.key_slab, b.cache.key_slab):
             assert (x[:, :, :a.num_tokens] - y[:, :, :b.num_tokens]).abs().max() <= 1e-4
     assert (a.logits - full.logits).abs().max() <= 1e-4  # legolink-1000 recomputes every token
+
+
+def test_a_plan_for_other_rows_is_refused():
+    pos, n = LAYOUTS["from-zero"]
+    q, k, v = _qkv(len(pos) - 1, n)
+    mask = additive_mask(torch.tensor(pos), n, dtype=torch.float32)
+    plan = plan_key_blocks(query_bands(pos, call_cost=0), pos, mask, groups=3)
+    with pytest.raises(ValueError, match="query rows"):
+        key_blocks.key_block_sdpa(q, k, v, plan, 0.25)
