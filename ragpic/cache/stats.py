@@ -1,9 +1,12 @@
-"""StoreStats: what a :class:`ragpic.cache.ChunkStore` did since it was created or reset."""
+"""StoreStats: what a :class:`ragpic.cache.ChunkStore` did since it was created or reset;
+StoreCounters: the live, thread-safe counts behind it and their share of the backend's."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 
@@ -65,6 +68,43 @@ class SharedCounts:
 
     def reset(self) -> None:
         self._added = {}
+
+
+class StoreCounters:
+    """A store's counts (any thread may add) and the part its backend's shared counters hold."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._stats = StoreStats()
+        self._lock = threading.Lock()
+        self._shared = SharedCounts(interval_s)
+        self._flush_lock = threading.Lock()
+
+    def count(self, **delta: int) -> None:
+        with self._lock:
+            for name, n in delta.items():
+                setattr(self._stats, name, getattr(self._stats, name) + n)
+
+    def snapshot(self) -> StoreStats:
+        with self._lock:
+            return dataclasses.replace(self._stats)
+
+    def due(self) -> bool:
+        """Whether a report to the backend is due (see :meth:`SharedCounts.due`)."""
+        return self._shared.due()
+
+    def flush(self, add: Callable[[dict[str, int]], bool]) -> None:
+        """Hand what the backend does not hold yet to ``add`` (True: it was added)."""
+        with self._flush_lock:  # two threads flushing at once must not add the same counts twice
+            snapshot = self.snapshot()
+            delta = self._shared.delta(snapshot)
+            if any(delta.values()) and add(delta):
+                self._shared.added(snapshot)
+
+    def reset(self) -> None:
+        """Zero the counts (flush first: the backend keeps what was counted so far)."""
+        with self._lock:
+            self._stats = StoreStats()
+        self._shared.reset()
 
 
 def summary(st: StoreStats, figures: Mapping[str, object] | None) -> str:

@@ -17,21 +17,19 @@ queries are then answered by recomputing instead of waiting or crashing. Ingest
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from ragpic.cache import backend_calls
 from ragpic.cache.backends import KVBackend
 from ragpic.cache.breaker import Breaker
-from ragpic.cache.catalog_view import CatalogView
+from ragpic.cache.catalog_view import StoreCatalog
 from ragpic.cache.entry import QUANTS, CorruptEntry, decode, encode, round_trip
 from ragpic.cache.expect import Expected, check_expected, verify_entry
 from ragpic.cache.lru import ByteLRU
 from ragpic.cache.guard import Guard
-from ragpic.cache.stats import SharedCounts, StoreStats, summary
+from ragpic.cache.stats import StoreCounters, StoreStats, summary
 from ragpic.cache.write_errors import describe, write_error
 from ragpic.core.kv import ChunkKV
 
@@ -71,12 +69,9 @@ class ChunkStore:
         self.backend, self.fingerprint, self.quant, self.verify_keys = backend, fingerprint, quant, verify_keys
         self._guard = Guard(backend, Breaker(cooldown_s, max(cooldown_s, max_backoff_s)), self._count)
         self._hot: ByteLRU[tuple[ChunkKV, str, bool]] = ByteLRU(memory_bytes, _hot_size)
-        self._stats = StoreStats()
-        self._lock = threading.Lock()
+        self._counts = StoreCounters(stats_interval_s)
         self._bad: set[str] = set()  # corrupt entries the backend could not delete: never re-read
-        self._catalog = CatalogView(self._read_catalog, catalog_refresh_s)
-        self._shared = SharedCounts(stats_interval_s)
-        self._flush_lock = threading.Lock()
+        self._catalog = StoreCatalog(backend, fingerprint, self._call, self._count, catalog_refresh_s)
 
     @property
     def breaker(self) -> Breaker:
@@ -88,9 +83,7 @@ class ChunkStore:
         self._guard.breaker = value
 
     def _count(self, **delta: int) -> None:
-        with self._lock:
-            for name, n in delta.items():
-                setattr(self._stats, name, getattr(self._stats, name) + n)
+        self._counts.count(**delta)
 
     def _call(self, direction: str, fn: Callable[..., _T], *args: object) -> tuple[bool, _T | None]:
         return self._guard.call(direction, fn, *args)
@@ -132,10 +125,7 @@ class ChunkStore:
             kv, text = verify_entry(key, data, fingerprint=self.fingerprint, verify_key=self.verify_keys,
                                     expect=expect)
         except CorruptEntry as exc:
-            log.warning("KV entry %s is unusable and was dropped: %s", key, exc)
-            self._count(corrupt=1)
-            bad.append(key)
-            return None
+            return self._corrupt(key, exc, bad)
         self._count(backend_hits=1, bytes_read=len(data))
         self._hot.put(key, (kv, text, expect is not None))
         return kv
@@ -146,13 +136,15 @@ class ChunkStore:
         try:
             check_expected(hit[0], hit[1], expect)
         except CorruptEntry as exc:
-            log.warning("KV entry %s is unusable and was dropped: %s", key, exc)
-            self._count(corrupt=1)
-            bad.append(key)
-            return None
+            return self._corrupt(key, exc, bad)
         checked = (hit[0], hit[1], True)
         self._hot.put(key, checked)
         return checked
+
+    def _corrupt(self, key: str, exc: CorruptEntry, bad: list[str]) -> None:
+        log.warning("KV entry %s is unusable and was dropped: %s", key, exc)
+        self._count(corrupt=1)
+        bad.append(key)
 
     def _drop(self, bad: list[str]) -> None:
         """Delete corrupt entries; the ones the backend cannot delete are never read again."""
@@ -161,9 +153,7 @@ class ChunkStore:
             ok, _ = self._call("write", self.backend.delete, key) if self.backend else (True, None)
             if not ok:
                 self._bad.add(key)
-        if bad and self.backend is not None:
-            self._call("write", self.backend.catalog_remove, self.fingerprint, bad)
-        self._catalog.forget(bad)
+        self._catalog.remove(bad)
 
     def contains_many(self, keys: Sequence[str], texts: Sequence[str] | None = None) -> list[bool]:
         """Whether each key is stored (hot tier or backend), without reading or verifying it.
@@ -179,27 +169,8 @@ class ChunkStore:
             present = {k for k, hit in zip(rest, found or []) if hit} if ok else set()
             out = [hit or k in present for k, hit in zip(keys, out)]
             if texts is not None and present:
-                self._recatalog({k: t for k, t in zip(keys, texts) if k in present})
+                self._catalog.repair({k: t for k, t in zip(keys, texts) if k in present})
         return out
-
-    def _recatalog(self, stored: dict[str, str]) -> None:
-        has = getattr(self.backend, "catalog_has", None)
-        if has is None:  # a backend without row lookups: read its whole catalog
-            known = self.texts(refresh=True)
-            lost = {k: t for k, t in stored.items() if k not in known}
-        else:
-            keys = list(stored)
-            ok, rows = self._call("read", has, self.fingerprint, keys)
-            if not ok or rows is None:
-                return
-            lost = {k: stored[k] for k, hit in zip(keys, rows) if not hit}
-        if lost:
-            ok, _ = self._call("write", self.backend.catalog_add, self.fingerprint, lost)  # type: ignore[union-attr]
-            if ok:
-                log.warning("KV store: %d stored chunks were missing from the catalog; catalogued them again",
-                            len(lost))
-                self._count(repaired=len(lost))
-                self._catalog.add(lost)
 
     def texts(self, refresh: bool = False) -> dict[str, str]:
         """``key -> chunk text`` of every entry known for this fingerprint (cached catalog)."""
@@ -209,10 +180,6 @@ class ChunkStore:
         merged = {k: t for k, t in self._catalog.rows(refresh=refresh).items() if k not in self._bad}
         merged.update(hot)
         return merged
-
-    def _read_catalog(self) -> dict[str, str] | None:
-        ok, rows = self._call("read", getattr(self.backend, "catalog", None), self.fingerprint)
-        return dict(rows) if ok and rows is not None else None
 
     # -- writes ----------------------------------------------------------------------------------
     def put_many(self, items: Mapping[str, tuple[ChunkKV, str]], *, strict: bool = False) -> list[str]:
@@ -258,19 +225,14 @@ class ChunkStore:
             self.breaker.success("write")
         except Exception as exc:
             stored = backend_calls.stored_of(backend, list(encoded))
-            self._catalogue({k: items[k][1] for k in stored})
+            self._catalog.add({k: items[k][1] for k in stored})
             if strict:
                 first = next(k for k in encoded if k not in stored)
                 raise write_error(items[first][1], first, exc, len(stored), len(encoded)) from exc
             self._guard.failed("put_many", "write", exc)
             return stored
-        self._catalogue({k: items[k][1] for k in stored})
+        self._catalog.add({k: items[k][1] for k in stored})
         return stored
-
-    def _catalogue(self, texts: dict[str, str]) -> None:
-        if texts and not getattr(self.backend, "self_cataloguing", False):
-            self._call("write", self.backend.catalog_add, self.fingerprint, texts)  # type: ignore[union-attr]
-        self._catalog.add(texts)
 
     def stored_form(self, kv: ChunkKV) -> ChunkKV:
         """``kv`` as a read of its entry would return it: ``kv`` itself in exact storage, else
@@ -288,17 +250,14 @@ class ChunkStore:
     # -- bookkeeping -----------------------------------------------------------------------------
     def stats(self) -> StoreStats:
         """A snapshot of the counters."""
-        with self._lock:
-            return dataclasses.replace(self._stats)
+        return self._counts.snapshot()
 
     def reset_stats(self) -> None:
         self.flush_stats()  # the shared counters keep what this process counted so far
-        with self._lock:
-            self._stats = StoreStats()
-        self._shared.reset()
+        self._counts.reset()
 
     def _tick(self) -> None:
-        if self._shared.due():
+        if self._counts.due():
             self.flush_stats()
             ok, figures = self._call("read", getattr(self.backend, "stats", None))
             log.info("%s", summary(self.stats(), figures if ok else None))
@@ -307,13 +266,8 @@ class ChunkStore:
         """Add what this process counted since the last flush to the backend's shared
         counters (what ``ragpic store stats`` shows); a no-op without a writable backend."""
         add = getattr(self.backend, "add_counters", None)
-        if add is None or not getattr(self.backend, "writable", True):
-            return
-        with self._flush_lock:  # two threads flushing at once must not add the same counts twice
-            snapshot = self.stats()
-            delta = self._shared.delta(snapshot)
-            if any(delta.values()) and self._call("write", add, delta)[0]:
-                self._shared.added(snapshot)
+        if add is not None and getattr(self.backend, "writable", True):
+            self._counts.flush(lambda delta: self._call("write", add, delta)[0])
 
     def clear_memory(self) -> None:
         """Drop the hot tier (the backend keeps its entries)."""
