@@ -176,7 +176,7 @@ class RagPic:
         missing = [(k, t) for t, k in keys.items() if k not in kvs]
         if missing and self.config.compile_on_miss:
             compiled = self._compile_and_store(missing, method)
-            kvs.update({k: self.store.stored_form(kv) for k, kv in compiled.items()})
+            kvs.update({k: self.store.stored_form(k, kv) for k, kv in compiled.items()})
             stats.compiled = len(missing)
         return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
 

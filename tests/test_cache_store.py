@@ -242,3 +242,18 @@ def test_a_chunk_compiled_on_a_miss_is_linked_as_the_store_will_return_it(tmp_pa
     assert len(chunks) == 2 and all(a.is_quantized and b.is_quantized for a, b in chunks)
     assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values) for a, b in chunks)
     engine.close()
+
+
+def test_stored_form_is_the_entry_put_many_stored_and_an_unstorable_kv_itself() -> None:
+    store = ChunkStore(MemoryBackend(1 << 20), fingerprint=FP, quant="int8")
+    key, kv, text = make_chunk(5)
+    store.put_many({key: (kv, text)})
+    stored = store.stored_form(key, kv)
+    assert stored.is_quantized and same_kv(stored, store.get_many([key])[key])
+    store.clear_memory()  # the hot tier let it go: the round trip gives the same entry
+    assert same_kv(store.stored_form(key, kv), stored)
+    bad_key, bad, bad_text = make_chunk(6)
+    bad.keys[0, 0, 0, 0] = float("nan")  # int8 cannot encode it: not stored, the query keeps it
+    assert store.put_many({bad_key: (bad, bad_text)}) == [] and store.stats().errors == 1
+    assert store.stored_form(bad_key, bad) is bad
+    assert ChunkStore(None, fingerprint=FP).stored_form(key, kv) is kv  # exact storage

@@ -234,11 +234,25 @@ class ChunkStore:
         self._catalog.add({k: items[k][1] for k in stored})
         return stored
 
-    def stored_form(self, kv: ChunkKV) -> ChunkKV:
-        """``kv`` as a read of its entry would return it: ``kv`` itself in exact storage, else
-        its int8/int4 round trip. A query that compiled a missing chunk links this, so its
-        answer is the one every later query that hits the entry gets."""
-        return kv if self.quant == "none" else round_trip(kv, self.quant)
+    def stored_form(self, key: str, kv: ChunkKV) -> ChunkKV:
+        """``kv`` (just given to :meth:`put_many` under ``key``) as a read of its entry would
+        return it. A query that compiled a missing chunk links this, so its answer is the one
+        every later query that hits the entry gets.
+
+        ``kv`` itself in exact storage; else the decoded entry :meth:`put_many` left in the
+        hot tier (no second encode), or, if the hot tier has already let it go, the int8/int4
+        round trip. A ``kv`` that could not be encoded (inf/NaN under int8) was not stored, so
+        no read will ever differ from it: ``kv`` itself.
+        """
+        if self.quant == "none":
+            return kv
+        hit = self._hot.get(key)
+        if hit is not None:
+            return hit[0]
+        try:
+            return round_trip(kv, self.quant)
+        except ValueError:
+            return kv
 
     def delete_many(self, keys: Sequence[str]) -> list[str]:
         """Delete these entries (hot tier, backend, catalog); return the keys that were stored.
