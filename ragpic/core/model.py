@@ -80,13 +80,14 @@ class LoadedModel:
     def band_plan(self, host_positions: torch.Tensor | list[int], mask: torch.Tensor) -> BandPlan | KeyBlockPlan | None:
         """:meth:`bands` with each band's slice of the ``(1, 1, R, N)`` ``mask`` built once per
         forward; several bands on the CPU in fp32 become a :class:`KeyBlockPlan` (``key_blocks``)."""
-        bands = self.bands(host_positions)
-        if bands is None:
+        if not self.banded_attention:
             return None
+        positions = host_ints(host_positions)  # once: the bands and the key blocks both read them
+        bands = self.bands(positions)
         groups = int(self.model.config.num_attention_heads) // self.num_kv_heads
         if (self.key_blocks and len(bands) > 1 and self.sliding_window is None
                 and key_blocks_available(self.device, mask.dtype)):
-            return plan_key_blocks(bands, host_ints(host_positions), mask, groups=groups)
+            return plan_key_blocks(bands, positions, mask, groups=groups)
         return plan_bands(bands, mask, groups=groups, fold=self.device.type != "cpu")
 
     def causal_kernel_ok(self, length: int) -> bool:
