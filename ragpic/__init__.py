@@ -25,8 +25,8 @@ __all__ = ["Config", "Generation", "RagPic", "RagPicError", "__version__", "kv_f
 
 if TYPE_CHECKING:
     from ragpic.config import Config, kv_folder
-    from ragpic.engine import RagPic
-    from ragpic.generation import Generation
+    from ragpic.engine.engine import RagPic
+    from ragpic.engine.generation import Generation
 
 
 def __getattr__(name: str):
@@ -36,11 +36,11 @@ def __getattr__(name: str):
 
         return getattr(config, name)
     if name == "RagPic":
-        from ragpic.engine import RagPic
+        from ragpic.engine.engine import RagPic
 
         return RagPic
     if name == "Generation":
-        from ragpic.generation import Generation
+        from ragpic.engine.generation import Generation
 
         return Generation
     raise AttributeError(f"module 'ragpic' has no attribute {name!r}")

@@ -200,7 +200,7 @@ def test_full_queue_gives_429_not_a_hang(client):
 
 def test_cli_checks_arguments_before_loading(capsys, tmp_path):
     from ragpic.cli import main
-    from ragpic.serve.cli import default_store
+    from ragpic.cli.serve import default_store
 
     assert main(["serve", "--port", "99999"]) == 2
     assert main(["serve", "--model", str(tmp_path / "nope")]) == 2

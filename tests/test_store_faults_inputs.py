@@ -105,7 +105,7 @@ def test_store_check_reports_and_repairs_a_folder(tmp_path: Path, capsys: pytest
 
 
 def test_store_check_refuses_what_is_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from ragpic.store_cli import add_parser, run
+    from ragpic.cli.store import add_parser, run
 
     import argparse
 

@@ -1,6 +1,6 @@
 """``ragpic demo``: a LlamaIndex RAG app with linked KV, compared with full prefill.
 
-Modules: :mod:`~ragpic.demo.args` (options and their checks, run before the model loads),
+Modules: :mod:`~ragpic.cli.demo` (options and their checks, run before the model loads),
 :mod:`~ragpic.demo.corpus` (documents, manifest, what changed), :mod:`~ragpic.demo.index`
 (the FAISS index kept in step with the folder), :mod:`~ragpic.demo.app` (the run itself).
 Importing this package loads no torch and no LlamaIndex.
@@ -8,7 +8,7 @@ Importing this package loads no torch and no LlamaIndex.
 
 from __future__ import annotations
 
-from ragpic.demo.args import add_arguments, add_demo_parser, check
+from ragpic.cli.demo import add_arguments, add_demo_parser, check
 from ragpic.demo.corpus import SAMPLE_QUESTIONS, sample_questions
 
 __all__ = ["SAMPLE_QUESTIONS", "add_arguments", "add_demo_parser", "check", "embedding_model", "main", "run",
@@ -27,7 +27,7 @@ def run(args, out=None):
     import sys
 
     from ragpic.demo.app import run as run_demo
-    from ragpic.demo.args import check
+    from ragpic.cli.demo import check
 
     if not hasattr(args, "corpus"):  # not parsed and checked by the CLI yet
         check(args)

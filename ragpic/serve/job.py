@@ -13,7 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from ragpic.generation import Generation
+from ragpic.engine.generation import Generation
 
 __all__ = ["GenJob"]
 

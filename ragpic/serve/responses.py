@@ -13,7 +13,7 @@ import uuid
 
 from starlette.responses import JSONResponse
 
-from ragpic.generation import Generation
+from ragpic.engine.generation import Generation
 
 __all__ = ["error_response", "finish_reason", "Reply"]
 

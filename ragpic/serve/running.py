@@ -24,7 +24,7 @@ from ragpic.core.methods import parse_method
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.errors import ContextOverflowError
-from ragpic.generation import Generation, MatchStats
+from ragpic.engine.generation import Generation, MatchStats
 from ragpic.serve.detok import Detokenizer
 from ragpic.serve.job import GenJob
 

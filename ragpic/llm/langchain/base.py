@@ -10,9 +10,9 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from ragpic.engine import RagPic, check_engine
+from ragpic.engine.engine import RagPic, check_engine
 from ragpic.errors import ConfigError
-from ragpic.generation import Generation as RagGeneration
+from ragpic.engine.generation import Generation as RagGeneration
 from ragpic.retriever_hooks.langchain import RetrievalHints
 
 __all__ = ["RagPicBase", "check_model_name", "generation_info", "usage_metadata"]
@@ -23,7 +23,7 @@ _CONFIG = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True, extra=
 ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 
 def generation_info(gen: RagGeneration, hints: int = 0) -> dict[str, Any]:
-    """A ragpic :class:`~ragpic.generation.Generation`'s stats as a plain dict (no text).
+    """A ragpic :class:`~ragpic.engine.generation.Generation`'s stats as a plain dict (no text).
 
     ``hints`` is how many retrieved texts the callback handler passed for this call (0: the
     engine searched its whole catalog of stored chunks instead); ``hints_found`` how many of

@@ -36,13 +36,13 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 
-from ragpic.engine import check_engine
+from ragpic.engine.engine import check_engine
 from ragpic.errors import ConfigError, ContextOverflowError
 from ragpic.llm.llamaindex.responses import athreaded, chat_response, completion_response, stream_responses
 from ragpic.retriever_hooks.llamaindex import hints_for, install_retrieval_hints
 
 if TYPE_CHECKING:
-    from ragpic.engine import Generation, GenerationStream, RagPic
+    from ragpic.engine.engine import Generation, GenerationStream, RagPic
 
 __all__ = ["RagPicLLM"]
 
@@ -140,7 +140,7 @@ class RagPicLLM(CustomLLM):
 
     @property
     def last_generation(self) -> "Generation | None":
-        """The :class:`ragpic.generation.Generation` of the latest call (filled as it streams)."""
+        """The :class:`ragpic.engine.generation.Generation` of the latest call (filled as it streams)."""
         return self._last
 
     @property

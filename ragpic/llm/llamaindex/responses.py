@@ -11,8 +11,8 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse, MessageRole
 
-from ragpic.engine import GenerationStream
-from ragpic.generation import Generation
+from ragpic.engine.engine import GenerationStream
+from ragpic.engine.generation import Generation
 
 __all__ = ["athreaded", "chat_response", "completion_response", "stats", "stream_responses"]
 

@@ -13,7 +13,7 @@ from llama_index.core.schema import BaseNode, TransformComponent
 from ragpic.retriever_hooks.llamaindex.nodes import node_texts
 
 if TYPE_CHECKING:
-    from ragpic.engine import RagPic
+    from ragpic.engine.engine import RagPic
 
 __all__ = ["RagPicIngest", "compile_index"]
 

@@ -12,7 +12,7 @@ from ragpic.config import kv_folder
 from ragpic.retriever_hooks.llamaindex.ingest import RagPicIngest, compile_index
 
 if TYPE_CHECKING:
-    from ragpic.engine import RagPic
+    from ragpic.engine.engine import RagPic
 
 __all__ = ["build_faiss_index", "kv_folder", "load_faiss_index", "persist_index"]
 

@@ -1,137 +1,23 @@
-"""LangChain side of ingest and retrieval: compile chunk KV as documents enter a vector store,
-and tell the ragpic LLM which documents a chain retrieved.
-
-Ingest compiles the exact text the chain puts in the prompt. With the usual
-``format_docs = lambda docs: "\\n\\n".join(d.page_content for d in docs)`` that is
-``doc.page_content``; pass ``text_of=`` when your chain formats documents differently.
-
-Retrieval hints: LCEL runs every step in a copied context, so a ``ContextVar`` set in a
-retriever never reaches the LLM. :class:`RetrievalHints` is a callback handler instead: it
-files each retriever's documents under the root run of the chain and hands them to the
-ragpic LLM of the same root run. Wire it once::
-
-    chain = (... | llm | StrOutputParser()).with_config(callbacks=[llm.hints])
-
-Hints only narrow the search: without them the engine looks for every stored chunk's text in
-the prompt, so answers are the same either way (the hints save that scan).
-"""
+"""Retrieval hints: the documents a chain run retrieved, handed to that run's ragpic LLM."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.documents import Document
 
-from ragpic.config import kv_folder
+from ragpic.retriever_hooks.langchain.documents import TextOf, page_text
 
 if TYPE_CHECKING:
-    from langchain_core.embeddings import Embeddings
     from langchain_core.messages import BaseMessage
-    from langchain_core.vectorstores import VectorStore
 
-    from ragpic.engine import RagPic
+__all__ = ["RetrievalHints", "messages_key", "prompt_key"]
 
-__all__ = [
-    "RetrievalHints",
-    "add_documents_with_kv",
-    "compile_documents",
-    "compile_vectorstore",
-    "faiss_from_documents",
-    "kv_folder",
-    "load_faiss",
-    "messages_key",
-    "page_text",
-    "prompt_key",
-]
-
-TextOf = Callable[[Document], str]
-
-
-def page_text(doc: Document) -> str:
-    """The text ``format_docs`` puts in the prompt for ``doc``: its ``page_content``."""
-    return doc.page_content
-
-
-# ----- ingest ---------------------------------------------------------------------------------
-
-def compile_documents(engine: RagPic, docs: Iterable[Document], *, text_of: TextOf = page_text,
-                      progress: bool = False) -> int:
-    """Compile (and store) the KV of each document's prompt text; returns how many were new.
-
-    Empty documents are skipped: they cannot be a cached chunk and cost nothing to compute.
-    """
-    texts = [t for t in (text_of(d) for d in docs) if t.strip()]
-    return engine.compile(texts, progress=progress) if texts else 0
-
-
-def add_documents_with_kv(store: VectorStore, docs: Sequence[Document], engine: RagPic, *,
-                          text_of: TextOf = page_text, progress: bool = False, **kwargs: Any) -> list[str]:
-    """``store.add_documents(docs, **kwargs)``, compiling each document's KV first.
-
-    KV is compiled before the documents become retrievable, so no query can see a document
-    whose KV is still missing. Returns the ids ``add_documents`` returns.
-    """
-    docs = list(docs)
-    compile_documents(engine, docs, text_of=text_of, progress=progress)
-    return store.add_documents(docs, **kwargs)
-
-
-def faiss_from_documents(docs: Sequence[Document], embedding: Embeddings, engine: RagPic, *,
-                         text_of: TextOf = page_text, progress: bool = False, **kwargs: Any):
-    """``FAISS.from_documents(docs, embedding, **kwargs)`` with each document's KV compiled."""
-    from langchain_community.vectorstores import FAISS
-
-    docs = list(docs)
-    compile_documents(engine, docs, text_of=text_of, progress=progress)
-    return FAISS.from_documents(docs, embedding, **kwargs)
-
-
-def _store_ids(store: VectorStore) -> list[str]:
-    if hasattr(store, "index_to_docstore_id"):  # FAISS (also after load_local)
-        return list(store.index_to_docstore_id.values())
-    inner = getattr(store, "store", None)  # InMemoryVectorStore
-    if isinstance(inner, dict):
-        return list(inner)
-    raise TypeError(f"cannot list the documents of a {type(store).__name__}; "
-                    "call compile_documents(engine, docs) with them instead")
-
-
-def compile_vectorstore(store: VectorStore, engine: RagPic, *, progress: bool = True,
-                        text_of: TextOf = page_text, batch: int = 256) -> int:
-    """Compile the KV of every document already in ``store`` (FAISS or in-memory) that the
-    engine's KV store lacks; returns how many were compiled (0 after a complete ingest)."""
-    ids = _store_ids(store)
-    done = 0
-    for lo in range(0, len(ids), batch):
-        done += compile_documents(engine, store.get_by_ids(ids[lo:lo + batch]), text_of=text_of,
-                                  progress=progress)
-    return done
-
-
-def load_faiss(folder: str | Path, embeddings: Embeddings, engine: RagPic | None = None, *,
-               index_name: str = "index", progress: bool = False, text_of: TextOf = page_text):
-    """Load a FAISS store saved with ``save_local(folder)`` and, given ``engine`` (opened on
-    ``kv_folder(folder)``), compile whatever KV is missing (nothing when the folder is complete).
-
-    ``load_local`` unpickles the docstore: load only folders you wrote yourself.
-    """
-    from langchain_community.vectorstores import FAISS
-
-    store = FAISS.load_local(str(folder), embeddings, index_name=index_name,
-                             allow_dangerous_deserialization=True)
-    if engine is not None:
-        compile_vectorstore(store, engine, progress=progress, text_of=text_of)
-    return store
-
-
-# ----- retrieval hints ------------------------------------------------------------------------
 
 def prompt_key(prompt: str) -> str:
     """Key of a completion prompt, as both the handler and the LLM see it."""

@@ -26,9 +26,9 @@ from ragpic.core.segments import Segment, text_segment
 from ragpic.core.text_stream import stream_text
 from ragpic.checks import check_number, check_text, check_texts
 from ragpic.errors import ChunkError, ConfigError, GenerationTimeout
-from ragpic.generation import Generation, GenerationStream, MatchStats
-from ragpic.prompting import check_messages, format_chat
-from ragpic.segmenting import build_segments, match_chunks
+from ragpic.engine.generation import Generation, GenerationStream, MatchStats
+from ragpic.engine.prompting import check_messages, format_chat
+from ragpic.engine.segmenting import build_segments, match_chunks
 
 __all__ = ["Generation", "GenerationStream", "RagPic", "check_engine"]
 

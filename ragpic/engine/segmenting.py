@@ -14,8 +14,8 @@ from ragpic.checks import check_texts
 from ragpic.core.kv import ChunkKV
 from ragpic.core.matching import Match, find_chunks, split_prompt
 from ragpic.core.segments import Segment, chunk_segment, text_segment
-from ragpic.generation import MatchStats
-from ragpic.prompting import missing_hints_message, partly_in
+from ragpic.engine.generation import MatchStats
+from ragpic.engine.prompting import missing_hints_message, partly_in
 
 __all__ = ["build_segments", "match_chunks"]
 

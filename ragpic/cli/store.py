@@ -1,6 +1,6 @@
 """``ragpic store check [--repair] PATH|URL`` and ``ragpic store stats PATH|URL``.
 
-Wired into ``ragpic/cli.py`` with :func:`add_parser`; the logic lives in
+Wired into ``ragpic/cli/main.py`` with :func:`add_parser`; the logic lives in
 :mod:`ragpic.cache.check` and :mod:`ragpic.cache.report`. ``check`` exits 0 clean (or
 repaired), 1 problems left, 2 the target is not a store; ``stats`` 0, or 2 not a store.
 """

@@ -15,12 +15,12 @@ import argparse
 import os
 import sys
 
-from ragpic.cli_args import Parser, UsageError
-from ragpic.cli_eval import add_bench_parser, add_eval_parser, build_needle_parser
-from ragpic.demo.args import add_demo_parser
+from ragpic.cli.args import Parser, UsageError
+from ragpic.cli.eval import add_bench_parser, add_eval_parser, build_needle_parser
+from ragpic.cli.demo import add_demo_parser
 from ragpic.errors import RagPicError
-from ragpic.serve.cli import add_parser as add_serve_parser
-from ragpic.store_cli import add_parser as add_store_parser
+from ragpic.cli.serve import add_parser as add_serve_parser
+from ragpic.cli.store import add_parser as add_store_parser
 
 DESCRIPTION = """Position-independent KV caching (EPIC / LegoLink) for RAG on your own models.
 

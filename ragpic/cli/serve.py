@@ -1,4 +1,4 @@
-"""``ragpic serve``: start the OpenAI-compatible server (wired into ``ragpic/cli.py``).
+"""``ragpic serve``: start the OpenAI-compatible server (wired into ``ragpic/cli/main.py``).
 
 Every argument is checked before the model loads (one-line errors, exit 2). Defaults: the
 embedded SmolLM2, ``legolink-16``, a folder store under ``ragpic.config.cache_dir()/serve/kv``,
@@ -17,7 +17,7 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``ragpic`` parser."""
-    from ragpic.cli_args import at_least, method_name
+    from ragpic.cli.args import at_least, method_name
 
     p = subparsers.add_parser("serve", help="OpenAI-compatible server with EPIC's context-cache API",
                               description="Serve /v1/chat/completions, /v1/completions, /v1/models, "
@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def check(args: argparse.Namespace) -> None:
     """Check what can be checked without loading anything (raises UsageError)."""
-    from ragpic.cli_args import UsageError, check_model, need_module
+    from ragpic.cli.args import UsageError, check_model, need_module
 
     check_model(args.model)
     need_module("fastapi", "ragpic serve", "serve")
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ragpic.config import Config
-    from ragpic.engine import RagPic
+    from ragpic.engine.engine import RagPic
     from ragpic.serve.app import ServeSettings, create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ragpic.cli_args import UsageError, at_least, check_model, device_name, method_name, need_module
+from ragpic.cli.args import UsageError, at_least, check_model, device_name, method_name, need_module
 
 DESCRIPTION = """A LlamaIndex RAG app over a folder of .txt/.md documents (default: passages
 bundled with ragpic), answering each question twice: with `full` prefill and with linked KV

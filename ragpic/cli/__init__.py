@@ -1,0 +1,16 @@
+"""The ``ragpic`` command line: an adapter over the engine, the evaluations, the store tools and
+the server (docs/ARCHITECTURE.md §2).
+
+- :mod:`~ragpic.cli.main`: the parser of every command and :func:`main` (exit codes);
+- :mod:`~ragpic.cli.args`: the argument types and checks every command shares, run before a
+  model loads;
+- one module per command family: :mod:`~ragpic.cli.demo`, :mod:`~ragpic.cli.eval` (``eval``,
+  ``eval needle``, ``bench``), :mod:`~ragpic.cli.store` (``store check|stats``),
+  :mod:`~ragpic.cli.serve`.
+
+``python -m ragpic.cli ...`` is the same as the ``ragpic`` console script.
+"""
+
+from ragpic.cli.main import build_parser, main, parse
+
+__all__ = ["build_parser", "main", "parse"]

@@ -1,0 +1,7 @@
+"""``python -m ragpic.cli ...``: the ``ragpic`` console script."""
+
+import sys
+
+from ragpic.cli.main import main
+
+sys.exit(main())
