@@ -11,8 +11,8 @@ import torch
 import ragpic.core.gguf as gguf_mod
 from ragpic import Config, RagPic
 from ragpic.cli import main
-from ragpic.core.gguf import check_gguf, read_header
-from ragpic.core.model import load_model
+from ragpic.core.gguf import GGUF_ARCHITECTURES, check_gguf, read_header
+from ragpic.core.model import SUPPORTED_MODEL_TYPES, load_model
 from ragpic.errors import ModelFileError, UnsupportedModelError
 from tiny_gguf import write_tiny_gguf
 
@@ -40,10 +40,12 @@ def _logits(model, tokenizer):
         return ids, model(ids).logits
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "llama"])  # qwen2: QKV bias; llama: llama.cpp's Q/K row order
-def test_gguf_converts_to_the_same_model(tmp_path, home, kind):
+# qwen2: QKV bias; llama: llama.cpp's Q/K row order; qwen3: q/k norms (at head_dim 128, the only
+# one transformers' qwen3 GGUF reader derives: it ignores attention.key_length)
+@pytest.mark.parametrize("kind,overrides", [("qwen2", {}), ("llama", {}), ("qwen3", {"head_dim": 128})])
+def test_gguf_converts_to_the_same_model(tmp_path, home, kind, overrides):
     path = tmp_path / f"tiny-{kind}.gguf"
-    src = write_tiny_gguf(path, kind)
+    src = write_tiny_gguf(path, kind, **overrides)
     assert read_header(path).architecture == kind
     lm = load_model(str(path), device="cpu")
     assert lm.model.config.model_type == kind
@@ -54,6 +56,12 @@ def test_gguf_converts_to_the_same_model(tmp_path, home, kind):
     assert (want - got).abs().max() <= 1e-5
     assert lm.tokenizer.chat_template == src.tokenizer.chat_template
     assert len(home) == 1
+
+
+def test_every_gguf_architecture_is_one_ragpic_links_and_transformers_reads():
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    assert set(GGUF_ARCHITECTURES) <= set(SUPPORTED_MODEL_TYPES) & set(GGUF_SUPPORTED_ARCHITECTURES)
 
 
 def test_config_gguf_is_cached_once_and_a_second_engine_reuses_it(tmp_path, home):
@@ -77,6 +85,14 @@ def test_config_gguf_is_cached_once_and_a_second_engine_reuses_it(tmp_path, home
     lm = load_model(str(path), device="cpu", dtype="bfloat16")
     assert len(home) == 2 and lm.model.dtype == torch.bfloat16
     assert len(list((tmp_path / "home" / "models" / "gguf").glob("tiny-*-bfloat16"))) == 1
+
+
+def test_a_gguf_transformers_would_load_partly_random_is_refused(tmp_path, home):
+    path = tmp_path / "qwen3-hd16.gguf"
+    write_tiny_gguf(path, "qwen3", head_dim=16)  # the reader would build head_dim 128 and re-init q/k/v/o
+    with pytest.raises(UnsupportedModelError, match="could not place every weight.*partly random"):
+        load_model(str(path), device="cpu")
+    assert not list((tmp_path / "home" / "models" / "gguf").glob("qwen3-hd16-*"))  # nothing cached
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "gemma"])

@@ -37,6 +37,7 @@ ALLOWED = {
                                "ragpic.checks"),
     "ragpic.llm": ("ragpic.llm", "ragpic.engine", "ragpic.generation", "ragpic.retriever_hooks",
                    "ragpic.config", "ragpic.errors", "ragpic.checks"),
+    "ragpic.models": ("ragpic.models", "ragpic.core.gguf", "ragpic.config", "ragpic.errors", "ragpic.cli_args"),
     "ragpic.serve": ("ragpic.serve", "ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config",
                      "ragpic.errors", "ragpic.generation", "ragpic.checks", "ragpic.cli_args"),
 }

