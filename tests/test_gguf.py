@@ -133,3 +133,19 @@ def test_truncated_file_is_refused_naming_what_to_do(tmp_path, home, capsys):
 def test_missing_gguf_is_a_usage_error(tmp_path, capsys):
     assert main(["eval", "--model", str(tmp_path / "nope.gguf")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_cli_model_option_takes_a_gguf_file(tmp_path, home, capsys):
+    from tiny import TEXT
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, "qwen2")
+    hay = tmp_path / "hay"
+    hay.mkdir()
+    (hay / "a.txt").write_text(TEXT * 4)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--haystack", str(hay), "--model", str(path), "--device", "cpu",
+                 "--context-tokens", "64", "--chunk-tokens", "32", "--k", "2", "--query-tokens", "8",
+                 "--repeats", "1", "--methods", "legolink", "--no-memory", "--json", str(out), "--quiet"]) == 0
+    assert out.is_file() and "ttft_s" in capsys.readouterr().out
+    assert len(home) == 1
