@@ -21,7 +21,8 @@ class Config:
     """ragpic settings, checked on creation (a bad one raises :class:`ragpic.errors.ConfigError`).
 
     Attributes:
-        model: HF folder / cached hub id, or ``None`` for the embedded SmolLM2-135M-Instruct.
+        model: HF folder / cached hub id, a ``.gguf`` file (dequantized once to ``dtype`` and
+            cached, :mod:`ragpic.core.gguf`), or ``None`` for the embedded SmolLM2-135M-Instruct.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda:1"``...
         dtype: ``"float32"``, ``"bfloat16"``, ``"float16"``, ``None`` (fp32 on CPU, bf16 on GPU)
             or ``"auto"`` (also bf16 on a CPU with native bf16 instructions, AVX512_BF16/AMX).

@@ -8,6 +8,7 @@ code written against the builtins keeps working. This module imports nothing.
     RagPicError
     ├── ConfigError           a setting or argument is invalid (the message names it)
     ├── UnsupportedModelError the model cannot be linked exactly (no RoPE, dynamic RoPE...)
+    ├── ModelFileError        a model file is unreadable, truncated or fails its SHA-256 check
     ├── ChunkError            a chunk cannot be compiled (``index`` says which)
     ├── LinkError             the prompt cannot be linked as asked
     │   └── ContextOverflowError  prompt + answer exceed the context window
@@ -27,6 +28,7 @@ __all__ = [
     "ForeignEntry",
     "GenerationTimeout",
     "LinkError",
+    "ModelFileError",
     "RagPicError",
     "StoreError",
     "UnsupportedModelError",
@@ -43,6 +45,10 @@ class ConfigError(RagPicError, ValueError):
 
 class UnsupportedModelError(RagPicError, ValueError):
     """The model cannot be linked exactly (no RoPE, or a RoPE variant that is not static)."""
+
+
+class ModelFileError(RagPicError, ValueError):
+    """A model file (GGUF, assembled parts) is unreadable, truncated or fails its SHA-256 check."""
 
 
 class ChunkError(RagPicError, ValueError):

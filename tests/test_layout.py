@@ -38,6 +38,7 @@ ALLOWED = {
                                "ragpic.checks"),
     "ragpic.llm": ("ragpic.llm", "ragpic.engine", "ragpic.retriever_hooks", "ragpic.config", "ragpic.errors",
                    "ragpic.checks"),
+    "ragpic.models": ("ragpic.models", "ragpic.core.gguf", "ragpic.config", "ragpic.errors"),
     "ragpic.serve": ("ragpic.serve", "ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config",
                      "ragpic.errors", "ragpic.checks"),
 }

@@ -135,21 +135,31 @@ def need_file(option: str, path: str | Path, what: str) -> Path:
 
 
 def check_model(model: str | None) -> None:
-    """``--model``: an existing HF model folder, or a hub id already in the local cache.
+    """``--model``: an existing HF model folder, a ``.gguf`` file, or a hub id already in the local cache.
 
     A value that looks like a path (``/``, ``.``, ``~`` first) must exist; anything else is left
-    to the loader (a cached hub id such as ``HuggingFaceTB/SmolLM2-360M-Instruct``).
+    to the loader (a cached hub id such as ``HuggingFaceTB/SmolLM2-360M-Instruct``). A ``.gguf``
+    file's header is read here (under a second): an unsupported architecture or a truncated
+    file is refused before anything is dequantized.
     """
     if model is None:
         return
+    what = ("pass a Hugging Face model folder or a .gguf file (`ragpic model list`), "
+            "or omit --model for the embedded SmolLM2-135M-Instruct")
     p = Path(model).expanduser()
-    if p.exists():
+    if p.is_file() and p.suffix.lower() == ".gguf":
+        from ragpic.core.gguf import check_gguf  # stdlib + the gguf package's type table: no torch
+        from ragpic.errors import ModelFileError, UnsupportedModelError
+
+        try:
+            check_gguf(p, option="--model")
+        except (ModelFileError, UnsupportedModelError) as e:
+            raise UsageError(str(e)) from None
+    elif p.exists():
         if not (p / "config.json").is_file():
-            raise UsageError(f"--model {model}: no config.json in it; pass a Hugging Face model folder "
-                             "(or omit --model for the embedded SmolLM2-135M-Instruct)")
-    elif model.startswith(("/", ".", "~")):
-        raise UsageError(f"--model {model}: no such folder; pass a Hugging Face model folder "
-                         "(or omit --model for the embedded SmolLM2-135M-Instruct)")
+            raise UsageError(f"--model {model}: no config.json in it; {what}")
+    elif model.startswith(("/", ".", "~")) or p.suffix.lower() == ".gguf":
+        raise UsageError(f"--model {model}: no such {'file' if p.suffix.lower() == '.gguf' else 'folder'}; {what}")
 
 
 def check_output(option: str, path: str | None) -> None:

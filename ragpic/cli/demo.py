@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=at_least(1), default=4, help="chunks retrieved per question (>= 1)")
     p.add_argument("--chunk-tokens", type=at_least(64), default=512, help="chunk size at ingest, in model tokens")
     p.add_argument("--max-new-tokens", type=at_least(1), default=32, help="answer length limit")
-    p.add_argument("--model", help="HF model folder (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help="HF model folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", type=device_name, default="auto", help="auto (CUDA if present), cpu, cuda:0 ...")
 
 

@@ -40,7 +40,8 @@ FLOP-count limit of that speed-up, and the link step's peak memory."""
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Options every model-running command shares."""
     p.add_argument("--model", default=None,
-                   help="HF model folder or cached hub id (default: embedded SmolLM2-135M-Instruct)")
+                   help="HF model folder, cached hub id or .gguf file (`ragpic model list`; "
+                        "default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", type=device_name, default="auto", help="auto (CUDA if present), cpu, cuda:0 ...")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "

