@@ -1,4 +1,4 @@
-"""How fast can the CPU run `legolink-16`'s link attention? (issue 17, item 2)
+"""How fast can the CPU run `legolink-16`'s link attention? (docs/RESULTS.md §8)
 
 The link's attention is R short query bands (each chunk's first k tokens, then the query)
 over an N-key cache. This times, on random tensors of SmolLM2-135M's attention shape
@@ -7,7 +7,7 @@ over an N-key cache. This times, on random tensors of SmolLM2-135M's attention s
 
 - ``banded``: ragpic's banded SDPA (``ragpic.core.ops.attention.banded_sdpa``), one call per band;
 - ``one-masked``: one masked R x N SDPA (transformers' path, GQA via ``enable_gqa``);
-- ``key-blocks``: ragpic's CPU default since issue 17 (``ragpic.core.ops.key_blocks``): one
+- ``key-blocks``: ragpic's CPU default (``ragpic.core.ops.key_blocks``, ARCHITECTURE.md §4.3): one
   pass over each band's stretch of keys for every later row (calls of up to R rows), each
   band's own rows causally, the parts merged by their log-sum-exp;
 - ``flex`` (``--flex``): ``torch.compile``'d ``flex_attention`` with a block mask that skips

@@ -10,7 +10,7 @@ time (``--max-batch 1``), and two batched workers on the same Redis behind a rou
 client -- and each arrival rate and method (a per-request ``method``), runs Poisson arrivals of
 RAG prompts (4-8 chunks by Zipf popularity + a question, ~2k tokens), streamed. Prints
 requests/s, generated tokens/s, TTFT p50/p90/p99 and the store hit rate of each, then the
-burst test of issue 14: 8 requests at once, batched vs one at a time, with the memory bound
+burst test: 8 requests at once, batched vs one at a time, with the memory bound
 on their ratio (decode reads every weight once per step, plus each request's KV).
 """
 

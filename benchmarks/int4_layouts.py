@@ -1,4 +1,4 @@
-"""int4 layouts against exact storage: teacher-forced KL of `legolink-16` vs `full` (issue 15, item 1).
+"""int4 layouts against exact storage: teacher-forced KL of `legolink-16` vs `full` (docs/RESULTS.md §1, int4).
 
 The store's int4 (keys per channel over 64-token groups, values per token over all D dims)
 costs +8% KL; this measures whether a finer layout or pre-RoPE keys (rotated back to position

@@ -1,4 +1,5 @@
-"""Issue 16 candidate, measured and not built: chunks compiled behind the prompt's real head.
+"""A candidate for fewer needle misses (docs/RESULTS.md §9), measured and not built: chunks
+compiled behind the prompt's real head.
 
 APE and CacheClip compile every chunk after a shared prefix instead of at position 0, so a
 chunk's first tokens are not a sequence start. Here each needle-test chunk is prefilled

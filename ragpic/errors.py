@@ -13,14 +13,22 @@ code written against the builtins keeps working. This module imports nothing.
     ├── LinkError             the prompt cannot be linked as asked
     │   └── ContextOverflowError  prompt + answer exceed the context window
     ├── GenerationTimeout     a call ran past its ``timeout`` (also a ``TimeoutError``)
-    └── StoreError            the KV store cannot do what was asked (e.g. a write failed)
-        ├── CorruptEntry      a stored entry fails its checks (deleted and recompiled)
-        └── ForeignEntry      a stored entry belongs to another model or recipe
+    ├── StoreError            the KV store cannot do what was asked (e.g. a write failed)
+    │   ├── CorruptEntry      a stored entry fails its checks (deleted and recompiled)
+    │   └── ForeignEntry      a stored entry belongs to another model or recipe
+    ├── UsageError            ``ragpic``: a command-line argument is wrong (exit status 2)
+    ├── BadRequest            ``ragpic serve``: a request that cannot be served as sent (4xx)
+    └── QueueFull             ``ragpic serve``: the wait queue is full (HTTP 429)
+
+The last three belong to the adapters (the command line, the server), which turn them into
+an exit status or an HTTP response; a library caller never sees them. They subclass no
+builtin, so the adapters' ``except ValueError`` / ``except ConfigError`` handlers never take them.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BadRequest",
     "ChunkError",
     "ConfigError",
     "ContextOverflowError",
@@ -29,9 +37,11 @@ __all__ = [
     "GenerationTimeout",
     "LinkError",
     "ModelFileError",
+    "QueueFull",
     "RagPicError",
     "StoreError",
     "UnsupportedModelError",
+    "UsageError",
 ]
 
 
@@ -81,3 +91,26 @@ class ForeignEntry(StoreError, ValueError):
 
 class GenerationTimeout(RagPicError, TimeoutError):
     """A call ran past its ``timeout`` (seconds); text already streamed stays with the caller."""
+
+
+class UsageError(RagPicError):
+    """A command-line argument is wrong; the message names it and says what to pass (exit 2).
+
+    ``prog`` is the command it belongs to (``ragpic demo``...), set by the parser or by ``main``.
+    """
+
+    def __init__(self, message: str, prog: str | None = None):
+        super().__init__(message)
+        self.prog = prog
+
+
+class BadRequest(RagPicError):
+    """A request that cannot be served as sent: ``status`` (4xx), ``param``, ``code``."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+
+class QueueFull(RagPicError):
+    """The server's wait queue holds ``max_queue`` requests already."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 18): one run, one summary table, under 8 minutes on one GPU.
+# The prepared GPU check (docs/RESULTS.md §7): one run, one summary table, under 8 minutes on one GPU.
 #
 #   1. the device tests, `pytest -m cuda tests/test_cuda.py`: the folded-heads attention under
 #      each SDPA backend (efficient, cuDNN, math) for several shapes; every method plus 8 greedy

@@ -1,12 +1,12 @@
 """Helpers shared by the device-path tests (CPU) and the CUDA checks (tests/test_cuda.py).
 
 - :func:`transposed_layout_sdpa`: SDPA whose output has the memory layout of CUDA's
-  memory-efficient kernel (issue 18, item 1), to reproduce layout bugs on the CPU;
+  memory-efficient kernel (a transposed output), to reproduce layout bugs on the CPU;
 - :func:`reference_attention`: textbook attention in float64;
 - :func:`host_reads`: every host read of a tensor (``item``, ``tolist``, ``bool``...) made
   while a block runs, by the ragpic function that made it;
 - :func:`compare_to_reference`: every method plus greedy decode on one model against a
-  reference model (fp32), with the bf16 tolerance and top-1 agreement of issue 18, item 9.
+  reference model (fp32), with a bf16 tolerance plus top-1 agreement (docs/RESULTS.md §7).
 """
 
 from __future__ import annotations

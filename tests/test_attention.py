@@ -157,19 +157,35 @@ def test_link_into_reused_memory_equals_link_into_fresh_memory():
         pool.release(reused.cache)
 
 
-def test_engine_hands_the_cache_back_when_a_stream_ends_or_is_abandoned(tmp_path):
+def test_engine_hands_the_cache_back_when_a_stream_ends_or_is_abandoned(tmp_path, monkeypatch):
     from ragpic import Config, RagPic
 
+    handed, returned = [], []  # (cache, its memory) the pool gave out; caches it got back
+    give, take = SlabPool.cache, SlabPool.release
+
+    def cache(self, *args, **kwargs):
+        c = give(self, *args, **kwargs)
+        handed.append((c, c.key_slab.data_ptr()))
+        return c
+
+    def release(self, c):
+        returned.append(c)
+        take(self, c)
+
+    monkeypatch.setattr(SlabPool, "cache", cache)
+    monkeypatch.setattr(SlabPool, "release", release)
     lm = tiny_lm("llama", num_hidden_layers=2)
     lm.model.generation_config.eos_token_id = None
     engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6), lm=lm)
     first = engine.generate("passages: the fox. question: what?")
-    assert engine._pool.idle_bytes > 0
+    assert len(handed) == len(returned) == 1 and returned[0] is handed[0][0]  # back when it ended
     again = engine.generate("passages: the fox. question: what?")
     assert again.token_ids == first.token_ids
-    engine._pool.clear()
+    assert len(handed) == len(returned) == 2 and returned[1] is handed[1][0]
+    assert handed[1][1] == handed[0][1]  # and the next link wrote into the same memory
     stream = iter(engine.stream("passages: the dog. question: who?"))
     next(stream)
+    assert len(handed) == 3 and len(returned) == 2  # still being read: not handed back yet
     del stream
     gc.collect()
-    assert engine._pool.idle_bytes > 0
+    assert len(returned) == 3 and returned[2] is handed[2][0]  # abandoned: handed back

@@ -94,7 +94,7 @@ def test_cli_bench(tmp_path, capsys):
 
 
 def test_bench_times_the_hf_generate_peer_on_fulls_ids_and_restores_the_attention():
-    """Issue 17, item 3: a reference prefill outside ragpic, in the same rotation as the methods."""
+    """A reference prefill outside ragpic (docs/RESULTS.md §8), in the same rotation as the methods."""
     from tiny import TEXT, tiny_lm
 
     from ragpic.eval.bench import format_table, run_bench

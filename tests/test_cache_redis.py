@@ -49,10 +49,19 @@ def test_round_trip_and_catalog_across_instances(redis_url: str) -> None:
         s.close()
 
 
-def test_open_store_picks_redis(redis_url: str) -> None:
-    store = open_store(redis_url, fingerprint=FP)
-    assert type(store.backend).__name__ == "RedisBackend"
+def test_open_store_picks_redis(redis_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # were the URL taken for a folder path, that folder lands here
+    fp = f"pick-{uuid.uuid4().hex[:8]}"  # a key no other test writes
+    key, kv, text = make_chunk(3, fingerprint=fp)
+    r = redis.Redis.from_url(redis_url)
+    assert not list(r.scan_iter(match=f"*{key}*"))
+    store = open_store(redis_url, fingerprint=fp, memory_bytes=0)  # no hot tier: reads go to the server
+    store.put_many({key: (kv, text)})
+    written = list(r.scan_iter(match=f"*{key}*"))
+    assert written, "open_store('redis://...') stored nothing on that server (that database)"
+    assert store.texts() == {key: text} and same_kv(store.get_many([key])[key], kv)
     store.close()
+    r.delete(*written, *r.scan_iter(match=f"*{fp}*"))
 
 
 @pytest.mark.parametrize("how", ["flip", "truncate", "foreign", "no_meta"])

@@ -1,4 +1,4 @@
-"""The CUDA-specific paths, exercised on the CPU (issue 18): folded-heads attention and kernel
+"""The CUDA-specific paths, exercised on the CPU (docs/RESULTS.md §7): folded-heads attention and kernel
 output layouts, bands from host positions, per-device band cost, the rotation's host fast
 path, int8 dequantized where the KV is used, and a link + decode with no hidden host reads."""
 
@@ -49,7 +49,8 @@ def transposed_sdpa(monkeypatch):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_folded_heads_take_a_transposed_kernel_output(shape, transposed_sdpa):
-    """Item 1: ``out.view(b, h, r, -1)`` raised "view size is not compatible" on this layout."""
+    """CUDA's memory-efficient kernel layout: ``out.view(b, h, r, -1)`` raised "view size is not
+    compatible" on it."""
     q, k, v, mask, _ = _case(*shape)
     ref = reference_attention(q, k, v, mask, 0.3)
     for fold in (True, False):
@@ -128,7 +129,7 @@ def test_bands_read_host_positions_only():
 
 
 def test_band_cost_is_per_device():
-    """Item 5: CPU bands stay fine-grained; a GPU gets one band for a 4k legolink-16 link."""
+    """Band cost per device: CPU bands stay fine-grained; a GPU gets one band for a 4k legolink-16 link."""
     assert call_cost_for(torch.device("cpu")) == attention.CALL_COST
     assert call_cost_for(torch.device("cuda")) == call_cost_for(torch.device("meta")) == GPU_CALL_COST
     pos = [p for s in range(512, 4096, 512) for p in range(s, s + 16)] + list(range(4064, 4096))
@@ -149,7 +150,7 @@ def test_to_device_keeps_same_device_tensors_and_converts_dtype():
 
 # ----------------------------------------------------------------------------- rotation
 def test_int_delta_fast_path_equals_per_token_shifts():
-    """Item 2: an int delta makes no device tensor and reads nothing back; same bits as before."""
+    """Rotation's host fast path: an int delta makes no device tensor and reads nothing back; same bits as before."""
     inv_freq = 1.0 / (10000 ** (torch.arange(8, dtype=torch.float32) / 8))
     keys = torch.randn(3, 2, 9, 16)
     for delta in (1, 37, -5, 4000):
@@ -177,7 +178,7 @@ def _int8_copy(kv: ChunkKV) -> tuple[ChunkKV, ChunkKV]:
 
 
 def test_int8_kv_dequantized_at_link_equals_the_store_decoding():
-    """Item 3: int8 KV links as is (half the bytes moved); same values as the store's decode."""
+    """int8 KV links as is (half the bytes moved); same values as the store's decode."""
     lm = tiny_lm("llama", num_hidden_layers=3)
     kvs = compile_texts(lm)
     pairs = [_int8_copy(kv) for kv in kvs]

@@ -1,4 +1,4 @@
-"""Device state around link, on the CPU (issue 18): decode buffers, CacheBlend's masks, the
+"""Device state around link, on the CPU (docs/RESULTS.md §7): decode buffers, CacheBlend's masks, the
 slab pool's stream events and device names, dtype choice, loading straight to the device,
 and bf16 links held to a bf16 tolerance plus top-1 agreement."""
 
@@ -36,7 +36,7 @@ def test_decode_mask_buffer_equals_a_mask_built_per_step(window):
 
 
 def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch):
-    """Item 4: a one-row step gets the buffer's mask view and no bands."""
+    """Decode steps: a one-row step gets the buffer's mask view and no bands."""
     lm = tiny_lm("llama", num_hidden_layers=2)
     lm.model.generation_config.eos_token_id = None
     segs = linked_prompt(lm, compile_texts(lm))
@@ -55,7 +55,7 @@ def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch):
 # ----------------------------------------------------------------------------- CacheBlend
 @pytest.mark.parametrize("attn,window", [("sdpa", None), ("eager", None), ("sdpa", 8)])
 def test_cacheblend_builds_step_inputs_twice_and_no_n_by_n_mask_when_sdpa_can_mask(attn, window, monkeypatch):
-    """Item 7: inputs once for layers 0-1 (causal kernel, no mask, when it can), once for the rest."""
+    """CacheBlend: inputs once for layers 0-1 (causal kernel, no mask, when it can), once for the rest."""
     kind, kw = ("mistral", {"sliding_window": window}) if window else ("llama", {})
     lm = tiny_lm(kind, attn=attn, num_hidden_layers=5, **kw)
     segs = linked_prompt(lm, compile_texts(lm))
@@ -79,7 +79,7 @@ def test_cacheblend_builds_step_inputs_twice_and_no_n_by_n_mask_when_sdpa_can_ma
 
 # ----------------------------------------------------------------------------- slab pool
 def test_pool_waits_for_the_release_event_before_reusing_memory():
-    """Item 8: release records an event on the stream; the next user's stream waits for it."""
+    """The pool on CUDA streams: release records an event on the stream; the next user's stream waits for it."""
     log = []
     pool = SlabPool(record=lambda dev: log.append(("record", str(dev))) or f"event{len(log)}",
                     wait=lambda ev, dev: log.append(("wait", ev)))
@@ -101,7 +101,7 @@ def test_cuda_and_cuda_0_are_one_device():
 
 # ----------------------------------------------------------------------------- dtype and loading
 def test_bf16_only_where_the_gpu_runs_it_natively(monkeypatch):
-    """Item 6: emulated bf16 (T4, V100) is not bf16 support: those get fp16."""
+    """dtype choice: emulated bf16 (T4, V100) is not bf16 support: those get fp16."""
     asked = []
 
     def emulated_only(including_emulation=True):  # a T4: bf16 only through emulation
@@ -116,7 +116,7 @@ def test_bf16_only_where_the_gpu_runs_it_natively(monkeypatch):
 
 
 def test_load_model_puts_weights_on_the_device_without_moving_them(tmp_path, monkeypatch):
-    """Item 10: from_pretrained gets device_map and dtype; no Module.to pass afterwards."""
+    """Loading straight to the device: from_pretrained gets device_map and dtype; no Module.to pass afterwards."""
     assert load_kwargs(torch.device("cuda:0"), torch.bfloat16) == {"dtype": torch.bfloat16, "device_map": "cuda:0"}
     folder = saved_tiny_model(tmp_path / "m")
     calls = []
@@ -132,7 +132,7 @@ def test_load_model_puts_weights_on_the_device_without_moving_them(tmp_path, mon
 @pytest.mark.parametrize("kind,kw", [("llama", {}), ("qwen2", {}), ("mistral", {"sliding_window": 16}),
                                      ("gemma", {})])
 def test_bf16_links_match_fp32_within_bf16_tolerance_and_top1(kind, kw):
-    """Item 9: every method plus 8 greedy tokens, bf16 (CPU) against the fp32 model."""
+    """bf16 links: every method plus 8 greedy tokens, bf16 (CPU) against the fp32 model."""
     ref = tiny_lm(kind, num_hidden_layers=3, **kw)
     ref.model.generation_config.eos_token_id = None
     lm = converted(ref, "cpu", torch.bfloat16)
@@ -169,7 +169,7 @@ def test_bf16_with_folded_heads_matches_fp32(monkeypatch):
 
 
 def test_auto_dtype_is_bf16_only_on_a_cpu_with_native_bf16(monkeypatch):
-    """Issue 17: ``dtype="auto"`` asks torch's CPU probe (AVX512_BF16 or AMX), never guesses."""
+    """``dtype="auto"`` (docs/RESULTS.md §8) asks torch's CPU probe (AVX512_BF16 or AMX), never guesses."""
     from ragpic.core.ops import device as device_mod
 
     cpu = torch.device("cpu")
@@ -195,7 +195,7 @@ def test_config_takes_auto_and_names_the_choices():
 
 
 def test_a_bf16_engine_never_reads_entries_an_fp32_engine_stored(tmp_path):
-    """Issue 17: the same weights in bf16 and fp32 have two fingerprints, so two keys per chunk:
+    """The same weights in bf16 and fp32 have two fingerprints (ARCHITECTURE.md §4.4), so two keys per chunk:
     sharing one store folder, the bf16 engine compiles its own KV instead of linking fp32 KV."""
     from prompts import CHUNKS
     from ragpic import Config, RagPic

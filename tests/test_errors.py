@@ -93,3 +93,17 @@ def test_qr_names_parse_and_print_back(name, k, ratio):
 def test_empty_prompt_is_refused():
     with pytest.raises(LinkError, match="empty"):
         link(tiny_lm(), [Segment(token_ids=torch.zeros(0, dtype=torch.long))], "full")
+
+
+def test_adapter_errors_live_in_errors_and_keep_their_old_import_paths():
+    from ragpic import errors
+    from ragpic.cli.args import UsageError
+    from ragpic.serve.bodies import BadRequest
+    from ragpic.serve.scheduler import QueueFull
+
+    assert (UsageError, BadRequest, QueueFull) == (errors.UsageError, errors.BadRequest, errors.QueueFull)
+    for cls in (UsageError, BadRequest, QueueFull):  # under RagPicError, out of the adapters' ValueError handlers
+        assert issubclass(cls, errors.RagPicError) and not issubclass(cls, ValueError)
+    bad = BadRequest("too big", status=413, param="body", code="c")
+    assert (str(bad), bad.status, bad.param, bad.code) == ("too big", 413, "body", "c")
+    assert UsageError("--port 0", prog="ragpic serve").prog == "ragpic serve"

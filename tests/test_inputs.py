@@ -104,10 +104,12 @@ def test_a_single_stop_string_is_one_stop_string():
 
 
 def test_short_texts_are_never_cached_or_matched(engine):
+    before = engine.store.texts()  # the module's engine may hold chunks of earlier tests
     assert engine.compile(["an", "the fox"]) == 0  # shorter than min_chunk_tokens (16)
-    assert engine.store.texts() == {} or all(engine.cacheable(t) for t in engine.store.texts().values())
+    assert engine.store.texts() == before  # nothing stored
     g = engine.generate("a banana and the fox", hints=["an", "the fox"])
     assert (g.chunks_matched, g.chunks_loaded, g.chunks_compiled) == (0, 0, 0)
+    assert engine.store.texts() == before  # nor compiled on a miss
 
 
 def test_chunks_match_on_word_boundaries_only(engine):

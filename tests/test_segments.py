@@ -19,11 +19,21 @@ def test_overlap_prefers_earlier_then_longer():
     assert [x.text for x in m] == ["alpha beta gamma"]
 
 
+class _NoFind(str):
+    """A prompt whose ``find`` fails: the per-candidate ``str.find`` search must not run."""
+
+    def find(self, *args):
+        raise AssertionError("a large catalog went through the per-candidate str.find search")
+
+
 def test_large_catalog_uses_anchor_scan_with_same_result():
     catalog = [f"passage number {i:03d} says something long enough to anchor." for i in range(200)]
-    prompt = "Context:\n" + catalog[150] + "\n\n" + catalog[7] + "\nQ?"
-    m = find_chunks(prompt, catalog + ["short"])
-    assert [x.text for x in m] == [catalog[150], catalog[7]]
+    longer = catalog[150] + " And it goes on."  # shares its first characters (its anchor) with catalog[150]
+    prompt = "Context:\n" + longer + "\n\n" + catalog[7] + "\n" + catalog[7] + "\neat a sandwich in dolores park\nQ?"
+    # several candidates per anchor, short candidates of two lengths, a chunk twice, one absent
+    m = find_chunks(_NoFind(prompt), catalog + [longer, "sandwich", "dolores park", "short"])
+    assert [x.text for x in m] == [longer, catalog[7], catalog[7], "sandwich", "dolores park"]
+    assert all(prompt[x.start:x.end] == x.text for x in m)
 
 
 def test_no_candidates_means_one_text_piece():

@@ -1,4 +1,4 @@
-"""Issue 15, item 2: a folder store of 100,000 entries costs what one of 1,000 costs.
+"""A folder store of 100,000 entries costs what one of 1,000 costs (docs/RESULTS.md §11).
 
 Opening it, answering prompts without hints (chunks found by the text index and loaded from
 the folder) and compiling a corpus that is already stored must not read every stored chunk's

@@ -13,21 +13,10 @@ import re
 from pathlib import Path
 
 from ragpic.core.methods import METHOD_HELP, parse_method  # stdlib-only module
-from ragpic.errors import ConfigError
+from ragpic.errors import ConfigError, UsageError  # UsageError: importable from here too
 
 __all__ = ["UsageError", "Parser", "at_least", "csv_of", "fraction", "method_name", "method_list",
            "device_name", "need_module", "need_folder", "need_file", "check_model", "check_output"]
-
-
-class UsageError(Exception):
-    """A command-line argument is wrong; the message names it and says what to pass (exit 2).
-
-    ``prog`` is the command it belongs to (``ragpic demo``...), set by the parser or by ``main``.
-    """
-
-    def __init__(self, message: str, prog: str | None = None):
-        super().__init__(message)
-        self.prog = prog
 
 
 class Parser(argparse.ArgumentParser):

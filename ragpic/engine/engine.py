@@ -67,7 +67,7 @@ class RagPic:
         from ragpic.cache.text_index_open import open_text_index
 
         # Stored chunk texts by anchor, shared through the store's backend, so finding them in a
-        # prompt costs O(prompt) lookups instead of a scan of every stored text (issue 14).
+        # prompt costs O(prompt) lookups instead of a scan of every stored text (test_text_index.py).
         self.text_index = open_text_index(self.config.store if store is None else None, self.store)
 
     # ----- tokens and templates -------------------------------------------------------

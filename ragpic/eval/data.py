@@ -1,7 +1,7 @@
 """Datasets and prompts for the evaluations: MuSiQue-style QA, the Paul Graham haystack.
 
 A prompt is built as ragpic builds any prompt: separately tokenized segments, in order
-(DESIGN.md section 3). For QA: the chat-template prefix with the system instruction, then
+(ARCHITECTURE.md §4.5). For QA: the chat-template prefix with the system instruction, then
 each passage as one cached chunk with "\\n\\n" text between them, then the question and the
 template's assistant header as text. ``full`` prefills exactly the same ids.
 
@@ -92,7 +92,7 @@ def qa_chunk_ids(tokenizer, example: QAExample, *, chunk_tokens: int | None = No
     """Token ids of each chunk of an example's passages, in order.
 
     ``passage_tokens`` first cuts each passage to its first N tokens (to bound prompt length,
-    as DESIGN.md section 10 did with 192); ``chunk_tokens`` then splits a passage into pieces
+    as docs/RESULTS.md §1 does with 192); ``chunk_tokens`` then splits a passage into pieces
     of at most N tokens (passage boundaries are kept; each piece is one cached chunk).
     """
     out = []

@@ -161,7 +161,8 @@ def plot_pareto(eval_report: dict | None, needle_result: dict | None, path: str 
             err = None if ci is None else [[y - ci[0]], [ci[1] - y]]
             ax.errorbar([x], [y], yerr=err, fmt="o", color=f"C{i}", capsize=3)
             ax.annotate(m, (x, y), textcoords="offset points", xytext=(5, 4 if i % 2 else -10), fontsize=8)
-        ax.axvline(10, ls="--", color="grey", alpha=0.6, lw=1)  # issue 16's speed bar
+        # the speed bar a method had to reach: a link 10x faster than full (docs/RESULTS.md §9)
+        ax.axvline(10, ls="--", color="grey", alpha=0.6, lw=1)
         ax.set_xscale("log")
         ax.set_xlabel("speed-up of the link vs full (median, x)")
         ax.grid(True, which="both", alpha=0.3)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragpic.errors import BadRequest  # importable from here too
+
 __all__ = ["BadRequest", "Parsed", "parse_body"]
 
 _REFUSED_UNLESS_DEFAULT = {"logprobs": (None, False), "top_logprobs": (None, 0), "tools": (None, []),
@@ -18,14 +20,6 @@ _REFUSED_UNLESS_DEFAULT = {"logprobs": (None, False), "top_logprobs": (None, 0),
                            "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
                            "logit_bias": (None, {}), "best_of": (None, 1), "echo": (None, False),
                            "suffix": (None, ""), "response_format": (None, {"type": "text"})}
-
-
-class BadRequest(Exception):
-    """A request that cannot be served as sent: ``status`` (4xx), ``param``, ``code``."""
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.param, self.code = status, param, code
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.errors import QueueFull  # importable from here too
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.running import Linking, Running, begin, start, step
@@ -32,10 +33,6 @@ from ragpic.serve.running import Linking, Running, begin, start, step
 __all__ = ["QueueFull", "Scheduler"]
 
 log = logging.getLogger("ragpic.serve")
-
-
-class QueueFull(Exception):
-    """The wait queue holds ``max_queue`` requests already."""
 
 
 class Scheduler:
