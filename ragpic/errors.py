@@ -14,7 +14,9 @@ code written against the builtins keeps working. This module imports nothing.
     ├── GenerationTimeout     a call ran past its ``timeout`` (also a ``TimeoutError``)
     └── StoreError            the KV store cannot do what was asked (e.g. a write failed)
         ├── CorruptEntry      a stored entry fails its checks (deleted and recompiled)
-        └── ForeignEntry      a stored entry belongs to another model or recipe
+        ├── ForeignEntry      a stored entry belongs to another model or recipe
+        ├── IndexDamaged      a folder store's index.sqlite is damaged (moved aside, rebuilt)
+        └── UnsafePath        a key or path would leave the store folder (also a ValueError)
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ __all__ = [
     "CorruptEntry",
     "ForeignEntry",
     "GenerationTimeout",
+    "IndexDamaged",
     "LinkError",
     "RagPicError",
     "StoreError",
+    "UnsafePath",
     "UnsupportedModelError",
 ]
 
@@ -71,6 +75,15 @@ class CorruptEntry(StoreError, ValueError):
 
 class ForeignEntry(StoreError, ValueError):
     """A well-formed entry that belongs to another model fingerprint, recipe or key."""
+
+
+class IndexDamaged(StoreError):
+    """A folder store's ``index.sqlite`` is not a ragpic index or is damaged; the message says
+    how. Raised while opening it, which then moves it aside and rebuilds it from the entries."""
+
+
+class UnsafePath(StoreError, ValueError):
+    """A key or path that would leave the store folder (or is not a ragpic key)."""
 
 
 class GenerationTimeout(RagPicError, TimeoutError):

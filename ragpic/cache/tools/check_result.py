@@ -1,12 +1,12 @@
-"""What ``ragpic store check`` found, and how it reads on a terminal (see :mod:`ragpic.cache.check`)."""
+"""What ``ragpic store check`` found, and how it reads on a terminal (see :mod:`ragpic.cache.tools.check`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
-from ragpic.cache.entry import CorruptEntry, verify
-from ragpic.cache.keys import chunk_key
+from ragpic.cache.format.entry import CorruptEntry, verify
+from ragpic.cache.format.keys import chunk_key
 
 
 @dataclass(slots=True)

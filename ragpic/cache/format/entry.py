@@ -18,10 +18,11 @@ sha256 of the payload. The payload is raw tensor bytes in C order, in this order
 - ``quant="int4"``: token ids ``(T,)`` int64, key scales and minima ``(L, H, ceil(T/64), D)``
   bf16, value scales and minima ``(L, H, T, 1)`` bf16, keys and values ``(L, H, T, D/2)``
   uint8 (two 4-bit codes per byte): keys per channel, values per token, see
-  :mod:`ragpic.cache.int4` (its error bound too); ~0.28x the bytes of fp16, 0.14x of fp32.
+  :mod:`ragpic.cache.format.int4` (its codec, both halves, and its error bound); ~0.28x the bytes of fp16, 0.14x of fp32.
   Decoded to float KV in the original dtype (on the host, before the hot tier).
 
-int8 error bound: each row's scale ``s`` is ``absmax / 127`` rounded *up* to bf16, so
+int8 (codec in :mod:`ragpic.core.ops.quant`, whose decoder runs where KV is linked) error
+bound: each row's scale ``s`` is ``absmax / 127`` rounded *up* to bf16, so
 ``|q| <= 127`` without clipping and every element satisfies
 ``|x_hat - x| <= s / 2 <= absmax / 254 * (1 + 2**-7)``. Scales are bf16 rather than fp16
 (same size) because fp16 scales go subnormal for rows with ``absmax < 127 * 2**-14`` and
@@ -45,9 +46,10 @@ from typing import Any
 
 import torch
 
-from ragpic.cache.int4 import dequantize_int4, quantize_int4, section_shapes
-from ragpic.cache.keys import dtype_name
+from ragpic.cache.format.int4 import dequantize_int4, quantize_int4, section_shapes
+from ragpic.cache.format.keys import dtype_name
 from ragpic.core.kv import ChunkKV
+from ragpic.core.ops.quant import quantize_int8  # int8's codec (both halves) lives with its decoder
 from ragpic.errors import CorruptEntry, ForeignEntry
 
 MAGIC = b"RPKV"
@@ -91,27 +93,6 @@ def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
     for s in shape:
         n *= s
     return n * torch.empty((), dtype=dtype).element_size()
-
-
-def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric absmax int8 over the last dim: ``(..., D)`` float -> ``(..., D)`` int8, ``(...)`` bf16.
-
-    Its inverse is :func:`ragpic.core.ops.quant.dequantize_int8`, run where the KV is linked.
-
-    Raises:
-        ValueError: if ``x`` holds inf or NaN.
-    """
-    xf = x.float()
-    amax = xf.abs().amax(dim=-1)
-    if not bool(torch.isfinite(amax).all()):
-        raise ValueError("int8 quantisation needs finite KV; got inf or NaN")
-    want = amax / 127.0
-    scale = want.to(torch.bfloat16)
-    low = scale.float() < want
-    scale = torch.where(low, torch.nextafter(scale, torch.full_like(scale, float("inf"))), scale)
-    safe = torch.where(scale > 0, scale.float(), torch.ones_like(want))
-    q = torch.round(xf / safe.unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
-    return q, scale
 
 
 def _raw(t: torch.Tensor) -> bytes | memoryview:

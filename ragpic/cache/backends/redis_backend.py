@@ -5,6 +5,7 @@ Keys, for a store key ``k`` and prefix ``p``::
     p + "kv:" + k              the entry bytes
     p + "meta:" + k            the payload length as ASCII; written *after* the payload
     p + "catalog:" + fp        hash  key -> chunk text  (see ChunkStore.texts())
+    p + "tidx:" + fp + ":..."  the anchors of the catalog's texts (see redis_text.py)
     p + "counters"             hash  hits, misses, ... added by every store (ragpic store stats)
 
 On a Redis Cluster (``redis-cluster://host:port,...``) the entry keys carry a hash tag,
@@ -18,10 +19,12 @@ prompt matching does not, until ``ragpic store check --repair`` adds their rows 
 An entry is stored when both its payload and its meta key exist: readers and
 :meth:`contains_many` check both, so a meta key whose payload was lost (evicted, expired,
 deleted) reads as absent and the chunk is compiled and written again instead of being
-reported present forever. Payloads are written first; then each meta key and its catalog
-row are written together in one ``MULTI`` transaction, so the catalog and the entries
-cannot disagree (on a standalone server). Deletes remove meta first. With ``ttl_s`` both
-keys expire (meta a little later than payload, which reads as a miss).
+reported present forever. Payloads are written first; then each meta key, its catalog
+row and its anchor row are written together in one ``MULTI`` transaction, so the catalog,
+the text index and the entries cannot disagree (on a standalone server); :meth:`drop`
+removes all three in one transaction too. Deletes remove meta first. With ``ttl_s`` both
+keys expire (meta a little later than payload, which reads as a miss); the rows of an
+expired entry go when a catalog read finds it gone.
 
 Timeouts: a query waits at most ``timeout_s`` for any one socket operation (default
 0.25 s) and redis-py's retries are off, so a stalled server costs one bounded wait; the
@@ -38,11 +41,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ragpic.cache.entry import read_header
-from ragpic.cache.spec import cluster_nodes
+from ragpic.cache.backends.base import KVBackend
+from ragpic.cache.backends.redis_text import RedisTextRows
+from ragpic.cache.backends.spec import cluster_nodes
+from ragpic.cache.format.anchors import Posting
+from ragpic.cache.format.entry import read_header
 
 
-class RedisBackend:
+class RedisBackend(KVBackend):
     """Pipelined Redis store of entry bytes.
 
     Args:
@@ -70,6 +76,8 @@ class RedisBackend:
         else:
             kw = self._r.connection_pool.connection_kwargs
             self._where = kw.get("path") or f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
+        self._text = RedisTextRows(self._r, prefix, self.cluster)
+        self._text_ready: set[str] = set()  # fingerprints whose anchor rows were checked this process
 
     def _client(self, url: str, timeout_s: float):
         if self.cluster:
@@ -92,7 +100,8 @@ class RedisBackend:
         """Timeouts, connection failures and a cluster that lost slots: down for reads and writes alike."""
         from redis.exceptions import ClusterDownError, RedisClusterException
 
-        return isinstance(exc, (redis.ConnectionError, redis.TimeoutError, ClusterDownError, RedisClusterException))
+        return super().is_unreachable(exc) or isinstance(
+            exc, (redis.ConnectionError, redis.TimeoutError, ClusterDownError, RedisClusterException))
 
     def _kv(self, key: str) -> str:
         return f"{self.prefix}kv:{self._tag[0]}{key}{self._tag[1]}"
@@ -121,7 +130,7 @@ class RedisBackend:
         return [p if m is not None and p is not None else None for m, p in zip(metas, payloads)]
 
     def put_many(self, items: Mapping[str, bytes], *, patient: bool = False) -> None:
-        """Payloads, then (meta key + catalog row) per entry in one transaction.
+        """Payloads, then (meta key + catalog row + anchor row) per entry in one transaction.
 
         Raises:
             CorruptEntry: bytes that are not an entry; redis.RedisError: the server failed.
@@ -134,18 +143,21 @@ class RedisBackend:
         for key, value in items.items():
             pipe.set(self._kv(key), value, px=self.ttl_ms)
         pipe.execute()  # every payload is stored before any of their meta keys
+        rows: dict[str, dict[str, str]] = {}
+        for key in items:
+            rows.setdefault(heads[key]["fingerprint"], {})[key] = heads[key]["text"]
         pipe = r.pipeline(transaction=not self.cluster)  # a cluster has no cross-slot MULTI
         for key, value in items.items():
             pipe.set(self._meta(key), str(len(value)), px=self.ttl_ms)
-            if not self.cluster:
-                pipe.hset(self._catalog(heads[key]["fingerprint"]), key, heads[key]["text"])
-        pipe.execute()
         if self.cluster:  # each catalog is one hash (one slot): its rows land together, after the metas
-            rows: dict[str, dict[str, str]] = {}
-            for key in items:
-                rows.setdefault(heads[key]["fingerprint"], {})[key] = heads[key]["text"]
-            for fp, mapping in rows.items():
-                r.hset(self._catalog(fp), mapping=mapping)
+            pipe.execute()
+            pipe = r.pipeline(transaction=False)
+        later: list = []
+        for fp, mapping in rows.items():
+            pipe.hset(self._catalog(fp), mapping=mapping)
+            self._text.queue_add(pipe, fp, mapping, later)
+        pipe.execute()
+        self._text.run_later(later, r)
 
     def contains(self, key: str) -> bool:
         return self.contains_many([key])[0]
@@ -160,8 +172,23 @@ class RedisBackend:
         return [n == 2 for n in pipe.execute()]
 
     def delete(self, key: str) -> None:
+        """Remove the entry (meta first); its catalog rows go on the next catalog read, or at
+        once through :meth:`drop`, which knows their fingerprint."""
         self._r.delete(self._meta(key))
         self._r.delete(self._kv(key))
+
+    def drop(self, fingerprint: str, keys: Sequence[str]) -> None:
+        """Entries, catalog rows and anchor rows of ``keys`` in one transaction (standalone)."""
+        if not keys:
+            return
+        pipe = self._r.pipeline(transaction=not self.cluster)
+        later: list = []
+        for key in keys:
+            pipe.delete(self._meta(key))
+            pipe.delete(self._kv(key))
+        self._queue_remove(pipe, fingerprint, keys, later)
+        pipe.execute()
+        self._text.run_later(later, self._r)
 
     def stats(self) -> dict[str, Any]:
         return {"backend": "redis-cluster" if self.cluster else "redis", "server": self._where, "prefix": self.prefix,
@@ -193,12 +220,57 @@ class RedisBackend:
         return {k: t for k, t in rows.items() if k in present}
 
     def catalog_add(self, fingerprint: str, items: Mapping[str, str]) -> None:
+        """Catalog rows and their anchor rows, in one transaction (a repair)."""
         if items:
-            self._r.hset(self._catalog(fingerprint), mapping=dict(items))
+            pipe, later = self._r.pipeline(transaction=not self.cluster), []
+            pipe.hset(self._catalog(fingerprint), mapping=dict(items))
+            self._text.queue_add(pipe, fingerprint, items, later)
+            pipe.execute()
+            self._text.run_later(later, self._r)
 
     def catalog_remove(self, fingerprint: str, keys: Sequence[str]) -> None:
         if keys:
-            self._r.hdel(self._catalog(fingerprint), *keys)
+            pipe, later = self._r.pipeline(transaction=not self.cluster), []
+            self._queue_remove(pipe, fingerprint, keys, later)
+            pipe.execute()
+            self._text.run_later(later, self._r)
+
+    def _queue_remove(self, pipe, fingerprint: str, keys: Sequence[str], later: list) -> None:
+        pipe.hdel(self._catalog(fingerprint), *keys)
+        self._text.queue_remove(pipe, fingerprint, keys, later)
+
+    def catalog_texts(self, fingerprint: str, keys: Sequence[str]) -> dict[str, str]:
+        if not keys:
+            return {}
+        raw = self._r.hmget(self._catalog(fingerprint), list(keys))
+        return {k: v.decode("utf-8") for k, v in zip(keys, raw) if v is not None}
+
+    def anchor_lookup(self, fingerprint: str, anchors: Sequence[str]) -> dict[str, list[Posting]]:
+        self._text_rows_of(fingerprint)
+        return self._text.lookup(fingerprint, anchors)
+
+    def short_lengths(self, fingerprint: str) -> set[int]:
+        self._text_rows_of(fingerprint)
+        return self._text.short_lengths(fingerprint)
+
+    def _text_rows_of(self, fingerprint: str) -> None:
+        """A catalog written by an older ragpic (rows without anchors) gets its anchor rows
+        once per server, O(catalog); every later write keeps them with the rows."""
+        if fingerprint in self._text_ready:
+            return
+        if not self._text.catalogued(fingerprint):
+            cursor, later = 0, []
+            while True:
+                cursor, raw = self._r.hscan(self._catalog(fingerprint), cursor, count=2048)
+                pipe = self._r.pipeline(transaction=False)
+                self._text.queue_add(pipe, fingerprint, {k.decode(): v.decode("utf-8") for k, v in raw.items()},
+                                     later)
+                pipe.execute()
+                if not cursor:
+                    break
+            self._text.run_later(later, self._r)
+            self._text.mark_catalogued(fingerprint)
+        self._text_ready.add(fingerprint)
 
     def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
         """Whether each key has a catalog row: HEXISTS per key, one pipelined round trip per

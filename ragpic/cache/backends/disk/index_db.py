@@ -7,11 +7,17 @@ Tables (see ``SCHEMA``):
 - ``entries(key, fingerprint, text, bytes, access)``: one row per catalogued entry; the
   catalog of a fingerprint is its rows, ``access`` orders LRU eviction.
 - ``pending(key, writer, started)``: keys a writer is about to write; a row left by a dead
-  writer marks an interrupted write to reconcile on open (see :mod:`ragpic.cache.disk`).
+  writer marks an interrupted write to reconcile on open (see :mod:`ragpic.cache.backends.disk`).
 - ``totals``: entry count and bytes, kept by triggers, so stats and the size check are O(1).
 - ``counters(name, value)``: what every process using the folder did (hits, misses,
   evictions, recompiles...), added to by each :class:`ChunkStore` (see ``ragpic store stats``).
-  An index made before this table existed gets it when opened writable.
+- ``anchors(key, fingerprint, anchor, length, digest)``: the text-index row of each catalogued
+  entry (see :mod:`ragpic.cache.format.anchors`), written in the transaction that writes the
+  entry's row and deleted with it by a trigger: evicting, dropping or repairing an entry can
+  never leave its text matchable.
+
+An index made before ``counters`` or ``anchors`` existed gets them when opened writable (the
+anchors computed once from the rows); opened read-only it is read as it is, without anchors.
 
 A database that is not exactly this schema, is truncated, or fails to open is reported as
 :class:`IndexDamaged`: the caller moves it aside and rebuilds. Opened with SQLite's
@@ -28,6 +34,11 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from ragpic.cache.format.anchors import posting_of
+from ragpic.errors import IndexDamaged  # raised here; defined with ragpic's other errors
+
+__all__ = ["IndexDB", "IndexDamaged", "SCHEMA", "check_header"]
 
 SCHEMA = (
     "CREATE TABLE entries (key TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, text TEXT NOT NULL,"
@@ -47,12 +58,19 @@ SCHEMA = (
 )
 # Added after the first release: a folder whose index has only SCHEMA_V1 gets it on open.
 COUNTERS = "CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID"
-SCHEMA_V1, SCHEMA = SCHEMA, SCHEMA + (COUNTERS,)
+ANCHORS = (
+    "CREATE TABLE anchors (key TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, anchor TEXT NOT NULL,"
+    " length INTEGER NOT NULL, digest TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX anchors_lookup ON anchors(fingerprint, anchor)",
+    "CREATE INDEX anchors_length ON anchors(fingerprint, length)",
+    "CREATE TRIGGER entries_del_anchor AFTER DELETE ON entries BEGIN DELETE FROM anchors WHERE key = OLD.key; END",
+)
+SCHEMA_V1 = SCHEMA
+SCHEMA_V2 = SCHEMA_V1 + (COUNTERS,)
+SCHEMA = SCHEMA_V2 + ANCHORS
+Row = tuple[str, str, str, int, float]  # key, fingerprint, text, bytes, access
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
-
-class IndexDamaged(Exception):
-    """``index.sqlite`` is not a ragpic index or is damaged; the message says how."""
 
 
 def _reference_master(schema: tuple[str, ...]) -> set[tuple]:
@@ -64,7 +82,7 @@ def _reference_master(schema: tuple[str, ...]) -> set[tuple]:
     return rows
 
 
-_MASTER, _MASTER_V1 = _reference_master(SCHEMA), _reference_master(SCHEMA_V1)
+_MASTER, _MASTER_V2, _MASTER_V1 = (_reference_master(s) for s in (SCHEMA, SCHEMA_V2, SCHEMA_V1))
 
 
 def check_header(path: Path) -> None:
@@ -104,7 +122,7 @@ class IndexDB:
         self._lock = threading.Lock()
         self._busy_ms = max(1, int(busy_s * 1000))
         self._con: sqlite3.Connection | None = None
-        self.has_counters = False
+        self.has_counters = self.has_anchors = False
         try:
             self._con = self._connect()
             self._check_or_create()
@@ -149,14 +167,19 @@ class IndexDB:
                 if not self._master():
                     for stmt in SCHEMA:
                         self._con.execute(stmt)
-        if self._master() == _MASTER_V1 and not self.readonly:
-            with self.transaction(patient=True):
-                if self._master() == _MASTER_V1:  # another process may have just added it
-                    self._con.execute(COUNTERS)
+        if self._master() in (_MASTER_V1, _MASTER_V2) and not self.readonly:
+            with self.transaction(patient=True) as con:  # another process may have just added them
+                if self._master() == _MASTER_V1:
+                    con.execute(COUNTERS)
+                if self._master() == _MASTER_V2:
+                    for stmt in ANCHORS:
+                        con.execute(stmt)
+                    self._write_anchors(con, con.execute("SELECT key, fingerprint, text FROM entries").fetchall())
         master = self._master()
-        if master != _MASTER and not (self.readonly and master == _MASTER_V1):
+        if master != _MASTER and not (self.readonly and master in (_MASTER_V1, _MASTER_V2)):
             raise IndexDamaged("its tables are not ragpic's index schema")
-        self.has_counters = master == _MASTER
+        self.has_counters = master in (_MASTER, _MASTER_V2)
+        self.has_anchors = master == _MASTER
         if self._con.execute("SELECT count(*) FROM totals").fetchone() != (1,):
             raise IndexDamaged("its totals row is missing")
         self._con.execute("SELECT key FROM entries LIMIT 1").fetchall()
@@ -190,10 +213,30 @@ class IndexDB:
             return self._con.execute(sql, tuple(args)).fetchall()
 
     # -- the few statements the store runs --------------------------------------------------
-    def upsert(self, con: sqlite3.Connection, rows: Sequence[tuple[str, str, str, int, float]]) -> None:
+    def upsert(self, con: sqlite3.Connection, rows: Sequence[Row]) -> None:
+        """Write each entry's row (replacing an older one) and its anchor row."""
         con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
                         " ON CONFLICT(key) DO UPDATE SET fingerprint = excluded.fingerprint,"
                         " text = excluded.text, bytes = excluded.bytes, access = excluded.access", rows)
+        self._write_anchors(con, [(k, fp, t) for k, fp, t, _, _ in rows])
+
+    def insert_new(self, con: sqlite3.Connection, rows: Sequence[Row]) -> None:
+        """Write the rows of entries that have none yet (a repair), with their anchor rows."""
+        known = {k for (k,) in _select_in(con, "SELECT key FROM entries WHERE key IN ({})", [r[0] for r in rows])}
+        new = [r for r in rows if r[0] not in known]
+        con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
+                        " ON CONFLICT(key) DO NOTHING", new)
+        self._write_anchors(con, [(k, fp, t) for k, fp, t, _, _ in new])
+
+    def _write_anchors(self, con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]]) -> None:
+        if not rows or not self._has_anchor_table(con):
+            return
+        con.executemany("INSERT OR REPLACE INTO anchors VALUES (?, ?, ?, ?, ?)",
+                        [(k, fp, *_anchor_row(k, t)) for k, fp, t in rows])
+
+    def _has_anchor_table(self, con: sqlite3.Connection) -> bool:
+        return self.has_anchors or con.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'anchors'").fetchone() is not None
 
     def add_counters(self, con: sqlite3.Connection, deltas: dict[str, int]) -> None:
         """Add to the store's persistent counters (inside the caller's transaction)."""
@@ -212,6 +255,20 @@ class IndexDB:
     def close(self) -> None:
         with self._lock:
             self._con.close()
+
+
+def _anchor_row(key: str, text: str) -> tuple[str, int, str]:
+    anchor, post = posting_of(key, text)
+    return anchor, post.length, post.digest
+
+
+def _select_in(con: sqlite3.Connection, sql: str, values: Sequence[str], *head: object) -> list[tuple]:
+    """``sql`` (one ``IN ({})``) over ``values`` in batches under SQLite's bound-parameter limit."""
+    out: list[tuple] = []
+    for lo in range(0, len(values), 500):
+        part = list(values[lo:lo + 500])
+        out += con.execute(sql.format(",".join("?" * len(part))), (*head, *part)).fetchall()
+    return out
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:

@@ -1,4 +1,5 @@
-"""Import a ragpic 0.1 folder store (a diskcache folder under ``kv/``) without diskcache.
+"""Import a ragpic 0.1 folder store (a diskcache folder under ``kv/``) without diskcache, and
+move in the text index an older ragpic kept beside the folder (:func:`move_side_index`).
 
 ragpic 0.1 kept entries in ``<store>/kv/`` through diskcache, whose reads unpickle any row
 in pickle mode and whose key scan unpickles non-string keys: a crafted ``cache.db`` ran
@@ -20,9 +21,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ragpic.cache import folder
-from ragpic.cache.entry import CorruptEntry, verify
-from ragpic.cache.keys import chunk_key
+from ragpic.cache.backends.disk import folder
+from ragpic.cache.format.entry import CorruptEntry, verify
+from ragpic.cache.format.keys import chunk_key
 
 log = logging.getLogger("ragpic.cache")
 
@@ -105,3 +106,36 @@ def import_folder(root: Path, put: Callable[[str, bytes], None]) -> None:
     log.warning("KV store %s: imported %d entries of a ragpic 0.1 (diskcache) folder without unpickling, "
                 "skipped %d rows that were not intact ragpic entries%s; the old folder is now %s "
                 "(delete it to free its space)", root, kept, skipped, why, target)
+
+
+SIDE_INDEX = ".text-index.sqlite"  # an older ragpic's text index: ``<folder>.text-index.sqlite``
+
+
+def side_index(root: Path) -> Path:
+    """Where an older ragpic kept ``root``'s text index: beside the folder, not in it."""
+    return root.with_name(root.name + SIDE_INDEX)
+
+
+def move_side_index(root: Path) -> None:
+    """Move a text index found beside ``root`` (and its -wal/-shm) into ``root/legacy/``.
+
+    Its rows are now the ``anchors`` of ``index.sqlite``, derived from the catalog, so nothing
+    is read from it; it is moved, never deleted (as the 0.1 folder is), and never followed
+    when it is a symlink. A folder on another filesystem than its parent keeps it (one warning).
+    """
+    side = side_index(root)
+    if side.is_symlink() or not side.is_file():
+        return
+    target = root / "legacy" / f"text-index-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.sqlite"
+    try:
+        target.parent.mkdir(exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{side}{suffix}")
+            if src.is_file() and not src.is_symlink():
+                os.replace(src, f"{target}{suffix}")
+    except OSError as exc:
+        log.warning("KV store %s: could not move the old text index %s into the folder (%s)", root, side, exc)
+        return
+    log.warning("KV store %s: the text index an older ragpic kept beside the folder (%s) is now %s; the "
+                "store keeps its text index inside index.sqlite (delete the old file to free its space)",
+                root, side, target)

@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragpic.cache.entry import PREFIX, CorruptEntry, read_header
-from ragpic.cache.spec import parse_store
+from ragpic.cache.format.entry import PREFIX, CorruptEntry, read_header
+from ragpic.cache.backends.spec import parse_store
 from ragpic.errors import ConfigError
 
 __all__ = ["StoreReport", "format_report", "store_report"]
@@ -72,9 +72,9 @@ def store_report(spec: str, *, prefix: str = "ragpic:", sample: int = SAMPLE) ->
 
 
 def _folder_report(root: Path, sample: int) -> StoreReport:
-    from ragpic.cache.index_db import IndexDamaged, IndexDB
-    from ragpic.cache.index_open import INDEX
-    from ragpic.cache.reconcile import read_head
+    from ragpic.cache.backends.disk.index_db import IndexDamaged, IndexDB
+    from ragpic.cache.backends.disk.index_open import INDEX
+    from ragpic.cache.backends.disk.reconcile import read_head
 
     if not (root / INDEX).is_file():
         raise ConfigError(f"no KV store folder at {str(root)!r} (no {INDEX}): pass the folder given as "
@@ -107,7 +107,7 @@ def _folder_report(root: Path, sample: int) -> StoreReport:
 
 
 def _redis_report(url: str, prefix: str, sample: int) -> StoreReport:
-    from ragpic.cache.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis_backend import RedisBackend
 
     backend = RedisBackend(url, prefix=prefix, timeout_s=5.0)
     report = StoreReport(target=url, kind="redis-cluster" if backend.cluster else "redis")

@@ -1,7 +1,7 @@
 """Guard: every call a ChunkStore makes to its backend, behind a circuit breaker.
 
 A failed call is logged (a warning the first time for each kind of failure, then at debug
-level), counted in ``errors`` and opens the breaker (see :mod:`ragpic.cache.breaker`); a
+level), counted in ``errors`` and opens the breaker (see :mod:`ragpic.cache.store.breaker`); a
 call while the breaker is open is skipped. Either way the caller gets ``(False, None)``
 and answers as a miss: a store failure never fails a query.
 """
@@ -12,8 +12,9 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from ragpic.cache.breaker import Breaker
-from ragpic.cache.write_errors import describe, is_unreachable
+from ragpic.cache.backends.base import KVBackend
+from ragpic.cache.store.breaker import Breaker
+from ragpic.cache.store.write_errors import describe, is_unreachable
 
 log = logging.getLogger("ragpic.cache")
 
@@ -23,7 +24,7 @@ _T = TypeVar("_T")
 class Guard:
     """Runs ``backend`` calls; ``count(errors=1)`` is called for each failure."""
 
-    def __init__(self, backend: object, breaker: Breaker, count: Callable[..., None]) -> None:
+    def __init__(self, backend: KVBackend | None, breaker: Breaker, count: Callable[..., None]) -> None:
         self.backend, self.breaker, self._count = backend, breaker, count
         self._warned: set[tuple[str, str]] = set()
 

@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragpic.cache import folder
-from ragpic.cache.entry import PREFIX, CorruptEntry, payload_size, read_header, verify
-from ragpic.cache.index_db import IndexDB
-from ragpic.cache.keys import chunk_key
+from ragpic.cache.backends.disk import folder
+from ragpic.cache.format.entry import PREFIX, CorruptEntry, payload_size, read_header, verify
+from ragpic.cache.backends.disk.index_db import IndexDB
+from ragpic.cache.format.keys import chunk_key
 
 log = logging.getLogger("ragpic.cache")
 
@@ -123,8 +123,7 @@ def rebuild(root: Path, db: IndexDB, *, delete: bool, full: bool = False, orphan
         report.stale_rows = len(stale)
         with db.transaction() as con:
             con.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in stale])
-            con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
-                            " ON CONFLICT(key) DO NOTHING", [r for r in rows if r[0] not in known])
+            db.insert_new(con, [r for r in rows if r[0] not in known])
     return report
 
 

@@ -2,7 +2,7 @@
 
 A checksum proves that bytes are the ones a writer wrote, not that the writer was honest: a
 re-checksummed tampered payload, a relabelled text, a 1-layer KV or a wild base position all
-pass it (issue 13, finding 10). So before an entry is used it is held against the request:
+pass it, and anyone who can write to a shared folder or Redis can write such bytes. So before an entry is used it is held against the request:
 its token ids must be the tokenization of its text, its shape the model's, its base
 position its recipe's. Any difference makes the entry corrupt (dropped and recompiled).
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ragpic.cache.entry import ForeignEntry, decode
-from ragpic.cache.keys import chunk_key, dtype_name
+from ragpic.cache.format.entry import ForeignEntry, decode
+from ragpic.cache.format.keys import chunk_key, dtype_name
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import recipe_dummies
 from ragpic.errors import ConfigError, CorruptEntry

@@ -2,11 +2,11 @@
 
 Layout under the store folder ``root``::
 
-    entries/<k[:2]>/<k>.rpkv                 one entry (ragpic.cache.entry bytes) per key k
+    entries/<k[:2]>/<k>.rpkv                 one entry (ragpic.cache.format.entry bytes) per key k
     entries/<k[:2]>/<k>.<writer>.tmp         an entry being written by ``writer``
 
 A file name is never read from a database: it is derived from a key, and a key is only
-used once it is 64 lowercase hex characters (what :func:`ragpic.cache.keys.chunk_key`
+used once it is 64 lowercase hex characters (what :func:`ragpic.cache.format.keys.chunk_key`
 makes). Every path is also checked to resolve inside ``root`` (a symlinked ``entries/``
 or shard folder pointing elsewhere is refused) and files are opened with ``O_NOFOLLOW``,
 so nothing outside the folder is ever read, written or deleted.
@@ -27,15 +27,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from ragpic.errors import UnsafePath  # raised here; defined with ragpic's other errors
+
 ENTRIES = "entries"
 SUFFIX = ".rpkv"
 _KEY = re.compile(r"[0-9a-f]{64}")
 _TMP = re.compile(r"([0-9a-f]{64})\.([A-Za-z0-9_.-]+)\.tmp")
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
-
-
-class UnsafePath(ValueError):
-    """A key or path that would leave the store folder (or is not a ragpic key)."""
 
 
 def is_key(key: object) -> bool:

@@ -1,4 +1,4 @@
-"""``ragpic store check`` for a Redis store (see :mod:`ragpic.cache.check`).
+"""``ragpic store check`` for a Redis store (see :mod:`ragpic.cache.tools.check`).
 
 Scans the prefix with SCAN (never KEYS), reads each payload and verifies it. Without
 ``repair`` nothing is written; with it: corrupt entries are deleted (meta first), meta keys
@@ -9,9 +9,9 @@ without an intact entry are removed.
 
 from __future__ import annotations
 
-from ragpic.cache.check_result import CheckResult, verify_keyed
-from ragpic.cache.entry import CorruptEntry, read_header
-from ragpic.cache.redis_backend import RedisBackend
+from ragpic.cache.tools.check_result import CheckResult, verify_keyed
+from ragpic.cache.format.entry import CorruptEntry, read_header
+from ragpic.cache.backends.redis_backend import RedisBackend
 
 
 def check_redis(url: str, *, repair: bool, prefix: str = "ragpic:") -> CheckResult:

@@ -9,7 +9,7 @@ deleted, counted in ``corrupt`` and reported as a miss.
 
 A failing backend (disk full, unwritable folder, Redis down or stalled) is logged once per
 kind of failure, counted in ``errors`` and skipped by a circuit breaker whose back-off
-doubles from ``cooldown_s`` up to ``max_backoff_s`` (see :mod:`ragpic.cache.breaker`):
+doubles from ``cooldown_s`` up to ``max_backoff_s`` (see :mod:`ragpic.cache.store.breaker`):
 queries are then answered by recomputing instead of waiting or crashing. Ingest
 (``put_many(strict=True)``, what ``RagPic.compile`` uses) instead raises a
 :class:`ragpic.errors.StoreError` naming the chunk and the cause.
@@ -21,16 +21,15 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from ragpic.cache import backend_calls
-from ragpic.cache.backends import KVBackend
-from ragpic.cache.breaker import Breaker
-from ragpic.cache.catalog_view import StoreCatalog
-from ragpic.cache.entry import QUANTS, CorruptEntry, decode, encode, round_trip
-from ragpic.cache.expect import Expected, check_expected, verify_entry
-from ragpic.cache.lru import ByteLRU
-from ragpic.cache.guard import Guard
-from ragpic.cache.stats import StoreCounters, StoreStats, summary
-from ragpic.cache.write_errors import describe, write_error
+from ragpic.cache.backends.base import KVBackend
+from ragpic.cache.backends.lru import ByteLRU
+from ragpic.cache.format.entry import QUANTS, CorruptEntry, decode, encode, round_trip
+from ragpic.cache.format.expect import Expected, check_expected, verify_entry
+from ragpic.cache.store.breaker import Breaker
+from ragpic.cache.store.catalog_view import StoreCatalog
+from ragpic.cache.store.guard import Guard
+from ragpic.cache.store.stats import StoreCounters, StoreStats, summary
+from ragpic.cache.store.write_errors import describe, write_error
 from ragpic.core.kv import ChunkKV
 
 log = logging.getLogger("ragpic.cache")
@@ -92,7 +91,7 @@ class ChunkStore:
     def get_many(self, keys: Sequence[str], *, expect: Expected | None = None) -> dict[str, ChunkKV]:
         """Verified KV for the keys that hit (memory first, then the backend).
 
-        ``expect`` (see :func:`ragpic.cache.expect.expected_for`) also holds each entry
+        ``expect`` (see :func:`ragpic.cache.format.expect.expected_for`) also holds each entry
         against the model's shape and the tokenization of its text.
         """
         found: dict[str, ChunkKV] = {}
@@ -109,7 +108,7 @@ class ChunkStore:
                 missing.append(key)
         self._count(memory_hits=len(found), misses=len(unique) - len(found) - len(missing))
         if missing:
-            ok, payloads = self._call("read", getattr(self.backend, "get_many", None), missing)
+            ok, payloads = self._call("read", self.backend.get_many, missing) if self.backend else (False, None)
             for key, data in zip(missing, payloads if ok and payloads else [None] * len(missing)):
                 kv = self._load(key, data, expect, bad) if data is not None else None
                 if kv is None:
@@ -127,8 +126,11 @@ class ChunkStore:
         except CorruptEntry as exc:
             return self._corrupt(key, exc, bad)
         self._count(backend_hits=1, bytes_read=len(data))
-        self._hot.put(key, (kv, text, expect is not None))
+        self._hot_put(key, (kv, text, expect is not None))
         return kv
+
+    def _hot_put(self, key: str, item: tuple[ChunkKV, str, bool]) -> None:
+        self._catalog.hot_put(key, item[1], self._hot.put(key, item))
 
     def _checked_hot(self, key: str, hit: tuple[ChunkKV, str, bool], expect: Expected,
                      bad: list[str]) -> tuple[ChunkKV, str, bool] | None:
@@ -138,7 +140,7 @@ class ChunkStore:
         except CorruptEntry as exc:
             return self._corrupt(key, exc, bad)
         checked = (hit[0], hit[1], True)
-        self._hot.put(key, checked)
+        self._hot_put(key, checked)
         return checked
 
     def _corrupt(self, key: str, exc: CorruptEntry, bad: list[str]) -> None:
@@ -147,13 +149,13 @@ class ChunkStore:
         bad.append(key)
 
     def _drop(self, bad: list[str]) -> None:
-        """Delete corrupt entries; the ones the backend cannot delete are never read again."""
-        for key in bad:
-            self._hot.pop(key)
-            ok, _ = self._call("write", self.backend.delete, key) if self.backend else (True, None)
-            if not ok:
-                self._bad.add(key)
-        self._catalog.remove(bad)
+        """Delete entries with their catalog rows (texts leave matching with them); the
+        ones the backend cannot delete are never read again."""
+        if not bad:
+            return
+        self._hot.discard_many(bad)
+        if not self._catalog.drop(bad):
+            self._bad.update(bad)
 
     def contains_many(self, keys: Sequence[str], texts: Sequence[str] | None = None) -> list[bool]:
         """Whether each key is stored (hot tier or backend), without reading or verifying it.
@@ -165,7 +167,7 @@ class ChunkStore:
         out = [key in self._hot and key not in self._bad for key in keys]
         rest = [k for k, hit in zip(keys, out) if not hit and k not in self._bad]
         if rest and self.backend is not None:
-            ok, found = self._call("read", backend_calls.contains_many, self.backend, rest)
+            ok, found = self._call("read", self.backend.contains_many, rest)
             present = {k for k, hit in zip(rest, found or []) if hit} if ok else set()
             out = [hit or k in present for k, hit in zip(keys, out)]
             if texts is not None and present:
@@ -180,6 +182,16 @@ class ChunkStore:
         merged = {k: t for k, t in self._catalog.rows(refresh=refresh).items() if k not in self._bad}
         merged.update(hot)
         return merged
+
+    def candidates(self, prompt: str) -> list[str] | None:
+        """Catalogued chunk texts that occur in ``prompt`` (exact slices of it, found through
+        the catalog's anchor rows, see :mod:`ragpic.cache.store.text_match`); ``None`` when the
+        backend cannot answer now (the caller then searches :meth:`texts`, the cached catalog)."""
+        return self._catalog.candidates(prompt)
+
+    def texts_of(self, keys: Sequence[str]) -> dict[str, str]:
+        """``key -> text`` of the catalogued keys among ``keys`` (``{}`` when the backend fails)."""
+        return {k: t for k, t in self._catalog.texts_of(keys).items() if k not in self._bad}
 
     # -- writes ----------------------------------------------------------------------------------
     def put_many(self, items: Mapping[str, tuple[ChunkKV, str]], *, strict: bool = False) -> list[str]:
@@ -205,11 +217,12 @@ class ChunkStore:
                 self._count(errors=1)
                 continue
             hot_kv = kv if self.quant == "none" else decode(data, fingerprint=self.fingerprint)[0]
-            self._hot.put(key, (hot_kv, text, True))
+            self._hot_put(key, (hot_kv, text, True))
             self._bad.discard(key)
         stored = list(encoded) if self.backend is None else self._put_backend(encoded, items, strict)
         written = sum(len(encoded[k]) for k in stored) if self.backend else 0
         self._count(puts=len(stored), bytes_written=written, recompiles=0 if strict else len(stored))
+        self._catalog.stored()
         self._tick()
         return stored
 
@@ -220,11 +233,11 @@ class ChunkStore:
         if not encoded or (not strict and not self.breaker.allow("write")):
             return []
         try:
-            backend_calls.put_many(backend, encoded, patient=strict)
+            backend.put_many(encoded, patient=strict)
             stored = list(encoded)
             self.breaker.success("write")
         except Exception as exc:
-            stored = backend_calls.stored_of(backend, list(encoded))
+            stored = self._stored_of(list(encoded))
             self._catalog.add({k: items[k][1] for k in stored})
             if strict:
                 first = next(k for k in encoded if k not in stored)
@@ -233,6 +246,13 @@ class ChunkStore:
             return stored
         self._catalog.add({k: items[k][1] for k in stored})
         return stored
+
+    def _stored_of(self, keys: list[str]) -> list[str]:
+        """Which ``keys`` of a failed batch the backend holds anyway (none if it cannot even say)."""
+        try:
+            return [k for k, hit in zip(keys, self.backend.contains_many(keys)) if hit]  # type: ignore[union-attr]
+        except Exception:
+            return []
 
     def stored_form(self, key: str, kv: ChunkKV) -> ChunkKV:
         """``kv`` (just given to :meth:`put_many` under ``key``) as a read of its entry would
@@ -273,19 +293,20 @@ class ChunkStore:
     def _tick(self) -> None:
         if self._counts.due():
             self.flush_stats()
-            ok, figures = self._call("read", getattr(self.backend, "stats", None))
+            ok, figures = self._call("read", self.backend.stats) if self.backend else (False, None)
             log.info("%s", summary(self.stats(), figures if ok else None))
 
     def flush_stats(self) -> None:
         """Add what this process counted since the last flush to the backend's shared
         counters (what ``ragpic store stats`` shows); a no-op without a writable backend."""
-        add = getattr(self.backend, "add_counters", None)
-        if add is not None and getattr(self.backend, "writable", True):
-            self._counts.flush(lambda delta: self._call("write", add, delta)[0])
+        backend = self.backend
+        if backend is not None and backend.writable:
+            self._counts.flush(lambda delta: self._call("write", backend.add_counters, delta)[0])
 
     def clear_memory(self) -> None:
-        """Drop the hot tier (the backend keeps its entries)."""
+        """Drop the hot tier (the backend keeps its entries; a memory-only store forgets them)."""
         self._hot.clear()
+        self._catalog.hot_cleared()
 
     def close(self) -> None:
         self.flush_stats()

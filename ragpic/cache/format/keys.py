@@ -1,9 +1,10 @@
 """Content-addressed keys for compiled chunk KV.
 
-A chunk's identity (DESIGN.md section 3) is the exact string that lands in the prompt, the
-model fingerprint, the compile recipe and the KV dtype. It is *not* the chunk's position:
-the same chunk behind any prefix maps to the same key, which is what makes the store
-position independent and lets several processes or machines share hits.
+A chunk's identity is the exact string that lands in the prompt (its token ids come from
+that string), the model fingerprint, the compile recipe and the KV dtype (ARCHITECTURE.md
+§4.4). It is *not* the chunk's position: the same chunk behind any prefix maps to the same
+key, which is what makes the store position independent and lets several processes or
+machines share hits.
 """
 
 from __future__ import annotations

@@ -4,14 +4,18 @@ Folder layout::
 
     <path>/manifest.json     format versions, fingerprint, recipes; written once (see manifest.py)
     <path>/entries/          one file per entry, named by its key (see folder.py)
-    <path>/index.sqlite      catalog + LRU clock + write journal (see index_db.py)
+    <path>/index.sqlite      catalog (texts and their anchors) + LRU clock + write journal (see index_db.py)
     <path>/damaged/          databases (and unreadable legacy folders) moved aside, for a look
+    <path>/legacy/           a ragpic 0.1 folder, or a text index an older ragpic kept beside
+                             the folder (``<path>.text-index.sqlite``), moved in on open
+
+Nothing is written outside ``<path>``: a store is one folder (docs/ARCHITECTURE.md §2).
 
 The store reads and writes only its own formats: entry bytes are never unpickled (there is
 no pickle anywhere), file names come from keys, never from a database row, and each path
 is checked to lie inside the folder. diskcache is not used: its reads unpickle whatever a
-row's mode says, so a crafted ``cache.db`` ran code (issue 13); a ragpic 0.1 diskcache
-folder is imported safely on open (see legacy.py).
+row's mode says, so a crafted ``cache.db`` in a shared folder would run code in every
+process that opens it; a ragpic 0.1 diskcache folder is imported safely on open (see legacy.py).
 
 Writes: each batch first journals its keys in ``pending``, then per entry writes a
 temporary file and renames it into place, and commits the rows (the catalog) of each group
@@ -32,7 +36,6 @@ a power loss an un-fsynced file may be short or zeroed; the entry checksum catch
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
 import sqlite3
@@ -41,8 +44,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragpic.cache import folder, index_open, manifest
-from ragpic.cache.entry import read_header
+from ragpic.cache.backends.base import KVBackend
+from ragpic.cache.backends.disk import folder, index_open, manifest
+from ragpic.cache.backends.disk.catalog import FolderCatalog, heals
+from ragpic.cache.format.entry import read_header
 
 log = logging.getLogger("ragpic.cache")
 
@@ -52,24 +57,7 @@ DEFAULT_SIZE_LIMIT = 8 * 2**30
 _GROUP, _GROUP_BYTES = 64, 64 * 2**20
 
 
-def _heals(method):
-    """Run ``method``; if SQLite finds the index damaged meanwhile ("malformed", "not a
-    database"), move it aside, rebuild it from the entry files and run ``method`` again."""
-
-    @functools.wraps(method)
-    def run(self: "DiskBackend", *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.DatabaseError as exc:
-            if type(exc) is not sqlite3.DatabaseError:  # locked / full / read-only: not damage
-                raise
-            self._damaged(exc)
-        return method(self, *args, **kwargs)
-
-    return run
-
-
-class DiskBackend:
+class DiskBackend(FolderCatalog, KVBackend):
     """Process-safe, size-limited store of entry bytes in a folder (LRU eviction).
 
     Args:
@@ -142,10 +130,7 @@ class DiskBackend:
     def contains(self, key: str) -> bool:
         return folder.is_key(key) and folder.entry_size(self.path, key) is not None
 
-    def contains_many(self, keys: Sequence[str]) -> list[bool]:
-        return [self.contains(k) for k in keys]
-
-    @_heals
+    @heals
     def keys(self) -> list[str]:
         """Every catalogued key (any fingerprint)."""
         return [k for (k,) in self._db.query("SELECT key FROM entries")]
@@ -156,7 +141,7 @@ class DiskBackend:
             code = errno.ENOSPC if "disk is full" in str(self.why_readonly) else errno.EROFS
             raise OSError(code, f"KV store folder {self.path} takes no writes: {self.why_readonly}")
 
-    @_heals
+    @heals
     def put_many(self, items: Mapping[str, bytes], *, patient: bool = False) -> None:
         """Store each entry with its catalog row (see the module docstring).
 
@@ -248,7 +233,7 @@ class DiskBackend:
                     self._db.add_counters(con, {"evictions": len(victims)})
             self.evictions += len(victims)
 
-    @_heals
+    @heals
     def delete(self, key: str) -> None:
         self._check_writable()
         if folder.is_key(key):
@@ -256,14 +241,14 @@ class DiskBackend:
         with self._db.transaction() as con:
             con.execute("DELETE FROM entries WHERE key = ?", (key,))
 
-    @_heals
+    @heals
     def stats(self) -> dict[str, Any]:
         entries, volume = self._db.totals()
         return {"backend": "disk", "path": str(self.path), "entries": entries, "volume_bytes": volume,
                 "size_limit_bytes": self.size_limit_bytes, "evictions": self.evictions,
                 "writable": self.writable, "why_readonly": self.why_readonly}
 
-    @_heals
+    @heals
     def add_counters(self, deltas: Mapping[str, int]) -> None:
         """Add a process's counts (hits, misses, ...) to the folder's persistent counters."""
         self._check_writable()
@@ -271,7 +256,7 @@ class DiskBackend:
             with self._db.transaction() as con:
                 self._db.add_counters(con, dict(deltas))
 
-    @_heals
+    @heals
     def counters(self) -> dict[str, int]:
         """What every process using this folder counted (``{}`` on a read-only old index)."""
         return self._db.counters()
@@ -282,44 +267,3 @@ class DiskBackend:
 
     def close(self) -> None:
         self._db.close()
-
-    # -- catalog ----------------------------------------------------------------------------
-    @_heals
-    def catalog(self, fingerprint: str) -> dict[str, str]:
-        """``key -> text`` of this fingerprint's catalogued entries whose file still exists."""
-        rows = self._db.query("SELECT key, text FROM entries WHERE fingerprint = ?", (fingerprint,))
-        present = {k: t for k, t in rows if self.contains(k)}
-        stale = [k for k, _ in rows if k not in present]
-        if stale and self.writable:
-            self.catalog_remove(fingerprint, stale)
-        return present
-
-    @_heals
-    def catalog_add(self, fingerprint: str, items: Mapping[str, str]) -> None:
-        """Catalogue stored entries that have no row yet (a repair: put_many catalogues its own)."""
-        rows = [(k, fingerprint, t, size, time.time()) for k, t in items.items()
-                if folder.is_key(k) and (size := folder.entry_size(self.path, k)) is not None]
-        if rows:
-            self._check_writable()
-            with self._db.transaction() as con:
-                con.executemany("INSERT INTO entries (key, fingerprint, text, bytes, access) VALUES (?, ?, ?, ?, ?)"
-                                " ON CONFLICT(key) DO NOTHING", rows)
-
-    @_heals
-    def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
-        """Whether each key has a row, by primary-key lookups in batches (no text is read)."""
-        known: set[str] = set()
-        for lo in range(0, len(keys), 500):  # under SQLite's bound-parameter limit
-            batch = list(keys[lo:lo + 500])
-            marks = ",".join("?" * len(batch))
-            known.update(k for (k,) in self._db.query(
-                f"SELECT key FROM entries WHERE fingerprint = ? AND key IN ({marks})", [fingerprint, *batch]))
-        return [k in known for k in keys]
-
-    @_heals
-    def catalog_remove(self, fingerprint: str, keys: Sequence[str]) -> None:
-        if keys:
-            self._check_writable()
-            with self._db.transaction() as con:
-                con.executemany("DELETE FROM entries WHERE fingerprint = ? AND key = ?",
-                                [(fingerprint, k) for k in keys])

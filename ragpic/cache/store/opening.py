@@ -7,9 +7,9 @@ import os
 import sqlite3
 from collections.abc import Sequence
 
-from ragpic.cache.disk import DEFAULT_SIZE_LIMIT, DiskBackend
-from ragpic.cache.spec import parse_store
-from ragpic.cache.store import DEFAULT_MEMORY_BYTES, ChunkStore
+from ragpic.cache.backends.disk import DEFAULT_SIZE_LIMIT, DiskBackend
+from ragpic.cache.backends.spec import parse_store
+from ragpic.cache.store.chunk_store import DEFAULT_MEMORY_BYTES, ChunkStore
 
 log = logging.getLogger("ragpic.cache")
 
@@ -21,7 +21,7 @@ def open_store(spec: str | os.PathLike[str] | None, *, fingerprint: str, memory_
                redis_ttl_s: float | None = None, budget_s: float = DEFAULT_BUDGET_S,
                stats_interval_s: float = 300.0) -> ChunkStore:
     """Open a store from a spec: ``None``/``"memory"`` (memory only), ``"redis://..."``
-    (:class:`RedisBackend`), else a folder (:class:`DiskBackend`); see :mod:`ragpic.cache.spec`.
+    (:class:`RedisBackend`), else a folder (:class:`DiskBackend`); see :mod:`ragpic.cache.backends.spec`.
 
     ``stats_interval_s``: see :class:`ChunkStore`. ``budget_s`` bounds how long a query waits on a stalled store: Redis socket timeouts
     and SQLite lock waits on the query path (ingest waits longer); after one failure the
@@ -38,7 +38,7 @@ def open_store(spec: str | os.PathLike[str] | None, *, fingerprint: str, memory_
     if parsed.kind == "memory":
         return ChunkStore(None, **kwargs)  # type: ignore[arg-type]
     if parsed.kind == "redis":
-        from ragpic.cache.redis_backend import RedisBackend
+        from ragpic.cache.backends.redis_backend import RedisBackend
 
         backend = RedisBackend(parsed.target, ttl_s=redis_ttl_s, timeout_s=budget_s)  # type: ignore[arg-type]
         return ChunkStore(backend, **kwargs)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Opening a folder store's index so that it heals (see :mod:`ragpic.cache.disk`).
+"""Opening a folder store's index so that it heals (see :mod:`ragpic.cache.backends.disk`).
 
 Pure functions over the folder ``root``: each returns the :class:`IndexDB` to use and, when
 the folder turned out not writable, why (``None`` when it is).
@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ragpic.cache import folder, legacy, reconcile
-from ragpic.cache.index_db import IndexDamaged, IndexDB
+from ragpic.cache.backends.disk import folder, legacy, reconcile
+from ragpic.cache.backends.disk.index_db import IndexDamaged, IndexDB
 
 log = logging.getLogger("ragpic.cache")
 
@@ -103,8 +103,8 @@ def rebuild_logged(root: Path, db: IndexDB, cause: str, *, delete: bool, orphan_
 
 
 def heal_on_open(root: Path, db: IndexDB, put: Callable[[str, bytes], None], *, orphan_age_s: float) -> None:
-    """Settle interrupted writes and import a ragpic 0.1 folder; a full disk or a held lock
-    only postpones this to the next open."""
+    """Settle interrupted writes, import a ragpic 0.1 folder and move in a text index kept
+    beside the folder; a full disk or a held lock only postpones this to the next open."""
     try:
         adopted, deleted = reconcile.finish_pending(root, db, orphan_age_s=orphan_age_s)
         if adopted or deleted:
@@ -112,5 +112,6 @@ def heal_on_open(root: Path, db: IndexDB, put: Callable[[str, bytes], None], *, 
                         "deleted %d orphaned files", root, adopted, deleted)
         if legacy.legacy_db(root).is_file():
             legacy.import_folder(root, put)
+        legacy.move_side_index(root)
     except (OSError, sqlite3.OperationalError) as exc:
         log.warning("KV store %s: could not settle interrupted writes yet (%s)", root, exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 
+from ragpic.cache.backends.base import KVBackend
 from ragpic.errors import StoreError
 
 _HINTS = {
@@ -28,12 +29,11 @@ def describe(exc: BaseException) -> str:
     return text
 
 
-def is_unreachable(backend: object, exc: BaseException) -> bool:
-    """Whether ``exc`` means the backend cannot be reached at all (both directions down).
-    Backends say so through an ``is_unreachable(exc)`` method; builtin timeouts count."""
-    judge = getattr(backend, "is_unreachable", None)
-    if judge is not None and judge(exc):
-        return True
+def is_unreachable(backend: KVBackend | None, exc: BaseException) -> bool:
+    """Whether ``exc`` means the backend cannot be reached at all (both directions down):
+    the backend judges (:meth:`KVBackend.is_unreachable`); builtin timeouts always count."""
+    if backend is not None:
+        return backend.is_unreachable(exc)
     return isinstance(exc, (TimeoutError, ConnectionError))
 
 

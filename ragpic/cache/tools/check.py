@@ -14,9 +14,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ragpic.cache import reconcile
-from ragpic.cache.check_result import CheckResult, format_result
-from ragpic.cache.spec import parse_store
+from ragpic.cache.backends.disk import reconcile
+from ragpic.cache.tools.check_result import CheckResult, format_result
+from ragpic.cache.backends.spec import parse_store
 from ragpic.errors import ConfigError
 
 __all__ = ["CheckResult", "check_store", "check_folder", "format_result"]
@@ -32,7 +32,7 @@ def check_store(spec: str, *, repair: bool = False, prefix: str = "ragpic:") -> 
     if parsed.kind == "memory":
         raise ConfigError("store check needs a folder or a redis:// URL, not a memory store")
     if parsed.kind == "redis":
-        from ragpic.cache.check_redis import check_redis
+        from ragpic.cache.tools.check_redis import check_redis
 
         return check_redis(parsed.target, repair=repair, prefix=prefix)  # type: ignore[arg-type]
     return check_folder(Path(parsed.target), repair=repair)  # type: ignore[arg-type]
@@ -40,9 +40,9 @@ def check_store(spec: str, *, repair: bool = False, prefix: str = "ragpic:") -> 
 
 def check_folder(root: Path, *, repair: bool) -> CheckResult:
     """See the module docstring; never creates ``root``."""
-    from ragpic.cache.disk import DiskBackend
-    from ragpic.cache.index_open import INDEX
-    from ragpic.cache.index_db import IndexDamaged, IndexDB
+    from ragpic.cache.backends.disk import DiskBackend
+    from ragpic.cache.backends.disk.index_open import INDEX
+    from ragpic.cache.backends.disk.index_db import IndexDamaged, IndexDB
 
     if not root.is_dir():
         raise ConfigError(f"no KV store folder at {str(root)!r}: pass the folder given as store= "
