@@ -34,7 +34,7 @@ connection pool with ``ingest_timeout_s``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -42,13 +42,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ragpic.cache.backends.base import KVBackend
+from ragpic.cache.backends.redis_inspect import RedisInspection
 from ragpic.cache.backends.redis_text import RedisTextRows
 from ragpic.cache.backends.spec import cluster_nodes
 from ragpic.cache.format.anchors import Posting
 from ragpic.cache.format.entry import read_header
 
 
-class RedisBackend(KVBackend):
+class RedisBackend(RedisInspection, KVBackend):
     """Pipelined Redis store of entry bytes.
 
     Args:
@@ -256,75 +257,6 @@ class RedisBackend(KVBackend):
     def _text_rows_of(self, fingerprint: str) -> None:
         """A catalog written by an older ragpic (rows without anchors) gets its anchor rows
         once per server, O(catalog); every later write keeps them with the rows."""
-        if fingerprint in self._text_ready:
-            return
-        if not self._text.catalogued(fingerprint):
-            cursor, later = 0, []
-            while True:
-                cursor, raw = self._r.hscan(self._catalog(fingerprint), cursor, count=2048)
-                pipe = self._r.pipeline(transaction=False)
-                self._text.queue_add(pipe, fingerprint, {k.decode(): v.decode("utf-8") for k, v in raw.items()},
-                                     later)
-                pipe.execute()
-                if not cursor:
-                    break
-            self._text.run_later(later, self._r)
-            self._text.mark_catalogued(fingerprint)
-        self._text_ready.add(fingerprint)
-
-    def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
-        """Whether each key has a catalog row: HEXISTS per key, one pipelined round trip per
-        1,000 keys (the catalog is one hash, so one slot on a cluster)."""
-        out: list[bool] = []
-        for lo in range(0, len(keys), 1000):
-            pipe = self._r.pipeline(transaction=False)
-            for key in keys[lo:lo + 1000]:
-                pipe.hexists(self._catalog(fingerprint), key)
-            out.extend(bool(hit) for hit in pipe.execute())
-        return out
-
-    # -- shared counters (`ragpic store stats`) ----------------------------------------------
-    def add_counters(self, deltas: Mapping[str, int]) -> None:
-        """HINCRBY each count into one hash (one slot on a cluster), in one round trip."""
-        pipe = self._r.pipeline(transaction=False)
-        for name, n in deltas.items():
-            if n:
-                pipe.hincrby(f"{self.prefix}counters", name, int(n))
-        pipe.execute()
-
-    def counters(self) -> dict[str, int]:
-        """What every process using this server counted; Redis's own evictions (``maxmemory``)
-        and expiries (``ttl_s``) are the server's, server-wide."""
-        out = {k.decode(): int(v) for k, v in self._r.hgetall(f"{self.prefix}counters").items()}
-        if self.cluster:  # every primary's figures, summed
-            per_node = self._r.info("stats", target_nodes=self._r.PRIMARIES)
-            nodes = [v for v in per_node.values() if isinstance(v, dict)] or [per_node]
-            info = {k: sum(int(n.get(k, 0)) for n in nodes) for k in ("evicted_keys", "expired_keys")}
-        else:
-            info = self._r.info("stats")
-        out["server_evicted_keys"] = int(info.get("evicted_keys", 0))
-        out["server_expired_keys"] = int(info.get("expired_keys", 0))
-        return out
-
-    # -- for `ragpic store check` ------------------------------------------------------------
-    def scan_keys(self) -> Iterator[tuple[str, str]]:
-        """``(kind, key)`` for every ``kv:`` / ``meta:`` key under the prefix (SCAN, not KEYS)."""
-        for name in self._r.scan_iter(match=f"{self.prefix}*", count=1000):  # every primary, on a cluster
-            rest = name.decode("utf-8", "replace")[len(self.prefix):]
-            kind, _, key = rest.partition(":")
-            if kind in ("kv", "meta"):
-                yield kind, key.removeprefix(self._tag[0]).removesuffix(self._tag[1])
-
-    def catalogs(self) -> dict[str, dict[str, str]]:
-        """Every fingerprint's catalog hash under the prefix."""
-        out = {}
-        for name in self._r.scan_iter(match=f"{self.prefix}catalog:*", count=1000):
-            fp = name.decode("utf-8", "replace")[len(self.prefix) + len("catalog:"):]
-            out[fp] = {k.decode(): v.decode("utf-8", "replace") for k, v in self._r.hgetall(name).items()}
-        return out
-
-    def payload(self, key: str) -> bytes | None:
-        return self._r.get(self._kv(key))
-
-    def delete_payload(self, key: str) -> None:
-        self._r.delete(self._kv(key))
+        if fingerprint not in self._text_ready:
+            self._text.fill_once(fingerprint, self._catalog(fingerprint))
+            self._text_ready.add(fingerprint)

@@ -105,3 +105,19 @@ class RedisTextRows:
 
     def mark_catalogued(self, fingerprint: str) -> None:
         self._r.set(self._key(fingerprint, "catalogued"), "1")
+
+    def fill_once(self, fingerprint: str, catalog: str) -> None:
+        """Anchor rows for every row of the ``catalog`` hash, unless this server has them
+        (its marker): a catalog an older ragpic wrote, O(catalog), once per server."""
+        if self.catalogued(fingerprint):
+            return
+        cursor, later = 0, []
+        while True:
+            cursor, raw = self._r.hscan(catalog, cursor, count=2048)
+            pipe = self._r.pipeline(transaction=False)
+            self.queue_add(pipe, fingerprint, {k.decode(): v.decode("utf-8") for k, v in raw.items()}, later)
+            pipe.execute()
+            if not cursor:
+                break
+        self.run_later(later, self._r)
+        self.mark_catalogued(fingerprint)

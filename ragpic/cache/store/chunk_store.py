@@ -29,6 +29,7 @@ from ragpic.cache.store.breaker import Breaker
 from ragpic.cache.store.catalog_view import StoreCatalog
 from ragpic.cache.store.guard import Guard
 from ragpic.cache.store.stats import StoreCounters, StoreStats, summary
+from ragpic.cache.store.writes import put_to_backend
 from ragpic.cache.store.write_errors import describe, write_error
 from ragpic.core.kv import ChunkKV
 
@@ -219,40 +220,13 @@ class ChunkStore:
             hot_kv = kv if self.quant == "none" else decode(data, fingerprint=self.fingerprint)[0]
             self._hot_put(key, (hot_kv, text, True))
             self._bad.discard(key)
-        stored = list(encoded) if self.backend is None else self._put_backend(encoded, items, strict)
+        stored = list(encoded) if self.backend is None else put_to_backend(
+            self.backend, self._guard, self._catalog, encoded, {k: t for k, (_, t) in items.items()}, strict)
         written = sum(len(encoded[k]) for k in stored) if self.backend else 0
         self._count(puts=len(stored), bytes_written=written, recompiles=0 if strict else len(stored))
         self._catalog.stored()
         self._tick()
         return stored
-
-    def _put_backend(self, encoded: dict[str, bytes], items: Mapping[str, tuple[ChunkKV, str]],
-                     strict: bool) -> list[str]:
-        backend = self.backend
-        assert backend is not None
-        if not encoded or (not strict and not self.breaker.allow("write")):
-            return []
-        try:
-            backend.put_many(encoded, patient=strict)
-            stored = list(encoded)
-            self.breaker.success("write")
-        except Exception as exc:
-            stored = self._stored_of(list(encoded))
-            self._catalog.add({k: items[k][1] for k in stored})
-            if strict:
-                first = next(k for k in encoded if k not in stored)
-                raise write_error(items[first][1], first, exc, len(stored), len(encoded)) from exc
-            self._guard.failed("put_many", "write", exc)
-            return stored
-        self._catalog.add({k: items[k][1] for k in stored})
-        return stored
-
-    def _stored_of(self, keys: list[str]) -> list[str]:
-        """Which ``keys`` of a failed batch the backend holds anyway (none if it cannot even say)."""
-        try:
-            return [k for k, hit in zip(keys, self.backend.contains_many(keys)) if hit]  # type: ignore[union-attr]
-        except Exception:
-            return []
 
     def stored_form(self, key: str, kv: ChunkKV) -> ChunkKV:
         """``kv`` (just given to :meth:`put_many` under ``key``) as a read of its entry would
