@@ -1,6 +1,6 @@
 """Fill a folder store with N entries of a tiny model, or open it in a fresh process and measure.
 
-Used by ``test_store_scale.py`` (issue 15, item 2). ``fill`` writes entries through the real
+Used by ``test_store_scale.py``. ``fill`` writes entries through the real
 store and its catalog of texts and anchors (``ChunkStore.put_many``, what ``compile`` does)
 with correctly shaped KV and each text's real token ids, so the entries pass every check a
 query makes; the KV values are random (the test measures cost, not answers). ``probe`` runs

@@ -1,4 +1,4 @@
-"""Fault injection for the store tests (issue 13): forged entries, crafted legacy folders,
+"""Fault injection for the store tests: forged entries, crafted legacy folders,
 real small / read-only filesystems, and worker processes that die at chosen points.
 
 Everything here plays the attacker or the accident; the tests assert the store's answer.

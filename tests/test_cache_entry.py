@@ -114,7 +114,7 @@ def test_chunk_key_is_content_addressed() -> None:
 @pytest.mark.parametrize("tokens", [1, 63, 64, 130])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int4_error_is_within_its_group_scale(tokens: int, dtype: torch.dtype) -> None:
-    """Issue 15: every element within half its group's step (keys per channel and 64-token
+    """Every element within half its group's step (keys per channel and 64-token
     group, values per token), an outlier channel included; decoded to float KV in the dtype."""
     from ragpic.cache.format.int4 import GROUP
 

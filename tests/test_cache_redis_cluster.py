@@ -1,4 +1,4 @@
-"""The Redis store on a real 3-node Redis Cluster on loopback (issue 15, item 4).
+"""The Redis store on a real 3-node Redis Cluster on loopback.
 
 Entries spread over the cluster's slots (both keys of one entry in one slot, by hash tag);
 payload before meta still holds; an engine on the cluster gets hits, matches chunks in

@@ -1,4 +1,4 @@
-"""Issue 13, findings 4-6: the catalog never disagrees with the entries for long, and every
+"""The catalog never disagrees with the entries for long, and every
 damage heals.
 
 kill -9 between entry and catalog writes, a disk that fills mid-ingest, a deleted or

@@ -1,4 +1,4 @@
-"""Issue 13, findings 1-3 and 10: a store folder is data, never code.
+"""A store folder is data, never code.
 
 Crafted pickle rows never run, files outside the folder are never read or deleted, a
 crafted header never raises into a query, and entries inconsistent with the request
@@ -148,7 +148,7 @@ TEXT_B = "question: what is the best thing to do in san francisco? answer: eat a
 
 
 def _forgeries() -> dict[str, tuple[str, bytes]]:
-    """Name -> (key looked up, forged entry bytes) for every inconsistency of finding 10."""
+    """Name -> (key looked up, forged entry bytes) for every inconsistency an honest checksum cannot catch."""
     good = encode(_chunk(TEXT_A), text=TEXT_A)
     key_a, key_b = (chunk_key(FP, t, "plain", "float32") for t in (TEXT_A, TEXT_B))
     ids = _chunk(TEXT_A).token_ids.clone()

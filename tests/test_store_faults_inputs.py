@@ -1,4 +1,4 @@
-"""Issue 13, finding 8 (store URLs) and the ``ragpic store check`` command.
+"""Store URLs and the ``ragpic store check`` command.
 
 A store spec is checked where it enters: an empty path, an unknown URL scheme or a value
 that is not a path is refused with a ConfigError naming ``store`` and what to pass; ``~``

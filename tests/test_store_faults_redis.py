@@ -1,4 +1,4 @@
-"""Issue 13, findings 4 and 7 against a real redis-server: meta without payload heals, and a
+"""Against a real redis-server: meta without payload heals, and a
 stalled (SIGSTOPped) server never makes a query wait more than the store's budget.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 15, item 3: store statistics every process adds to, and ``ragpic store stats``.
+"""Store statistics every process adds to, and ``ragpic store stats``.
 
 Hits, misses, recompiles and evictions counted by ChunkStores in a folder index's (or Redis's)
 shared counters, summed over processes, logged at an interval; ``ragpic store stats`` reads

@@ -1,5 +1,7 @@
-"""Store of compiled chunk KV: content-addressed keys, a checksummed entry format, and a
-memory -> disk/Redis tiered store (see :class:`ChunkStore` and :func:`open_store`)."""
+"""Store of compiled chunk KV, in layers (docs/ARCHITECTURE.md §2): ``format`` (content keys,
+the checksummed entry format, codecs) <- ``backends`` (memory, folder, Redis; each with one
+catalog of chunk texts) <- ``store`` (the tiered :class:`ChunkStore`, :func:`open_store`) <-
+``tools`` (``ragpic store check`` / ``stats``)."""
 
 from ragpic.cache.format.entry import CorruptEntry, ForeignEntry
 from ragpic.cache.format.expect import Expected, expected_for

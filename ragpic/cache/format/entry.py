@@ -18,7 +18,8 @@ sha256 of the payload. The payload is raw tensor bytes in C order, in this order
 - ``quant="int4"``: token ids ``(T,)`` int64, key scales and minima ``(L, H, ceil(T/64), D)``
   bf16, value scales and minima ``(L, H, T, 1)`` bf16, keys and values ``(L, H, T, D/2)``
   uint8 (two 4-bit codes per byte): keys per channel, values per token, see
-  :mod:`ragpic.cache.format.int4` (its codec, both halves, and its error bound); ~0.28x the bytes of fp16, 0.14x of fp32.
+  :mod:`ragpic.cache.format.int4` (its codec, both halves, and its error bound); ~0.28x the
+  bytes of fp16, 0.14x of fp32.
   Decoded to float KV in the original dtype (on the host, before the hot tier).
 
 int8 (codec in :mod:`ragpic.core.ops.quant`, whose decoder runs where KV is linked) error

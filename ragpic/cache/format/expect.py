@@ -2,9 +2,9 @@
 
 A checksum proves that bytes are the ones a writer wrote, not that the writer was honest: a
 re-checksummed tampered payload, a relabelled text, a 1-layer KV or a wild base position all
-pass it, and anyone who can write to a shared folder or Redis can write such bytes. So before an entry is used it is held against the request:
-its token ids must be the tokenization of its text, its shape the model's, its base
-position its recipe's. Any difference makes the entry corrupt (dropped and recompiled).
+pass it, and anyone who can write to a shared folder or Redis can write such bytes. So
+before an entry is used it is held against the request: its token ids must be the
+tokenization of its text, its shape the model's, its base position its recipe's. Any difference makes the entry corrupt (dropped and recompiled).
 """
 
 from __future__ import annotations

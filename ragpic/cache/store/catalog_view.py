@@ -82,7 +82,9 @@ class StoreCatalog:
     def texts_of(self, keys: Sequence[str]) -> dict[str, str]:
         if self._hot is not None:
             return self._hot.texts(keys)
-        ok, found = self._call("read", self.backend.catalog_texts, self.fingerprint, list(keys))  # type: ignore[union-attr]
+        if self.backend is None:
+            return {}
+        ok, found = self._call("read", self.backend.catalog_texts, self.fingerprint, list(keys))
         return dict(found) if ok and found else {}  # type: ignore[call-overload]
 
     def stored(self) -> None:
