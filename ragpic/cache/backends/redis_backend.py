@@ -240,6 +240,17 @@ class RedisBackend(RedisInspection, KVBackend):
         pipe.hdel(self._catalog(fingerprint), *keys)
         self._text.queue_remove(pipe, fingerprint, keys, later)
 
+    def catalog_has(self, fingerprint: str, keys: Sequence[str]) -> list[bool]:
+        """Whether each key has a catalog row: HEXISTS per key, one pipelined round trip per
+        1,000 keys (the catalog is one hash, so one slot on a cluster)."""
+        out: list[bool] = []
+        for lo in range(0, len(keys), 1000):
+            pipe = self._r.pipeline(transaction=False)
+            for key in keys[lo:lo + 1000]:
+                pipe.hexists(self._catalog(fingerprint), key)
+            out.extend(bool(hit) for hit in pipe.execute())
+        return out
+
     def catalog_texts(self, fingerprint: str, keys: Sequence[str]) -> dict[str, str]:
         if not keys:
             return {}
