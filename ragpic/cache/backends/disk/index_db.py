@@ -28,13 +28,12 @@ Python's ``sqlite3`` never unpickles and cannot load extensions unless asked.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
-import struct
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ragpic.cache.backends.disk.sqlite_file import check_header, connect_readonly
 from ragpic.cache.format.anchors import posting_of
 from ragpic.errors import IndexDamaged  # raised here; defined with ragpic's other errors
 
@@ -69,7 +68,6 @@ SCHEMA_V1 = SCHEMA
 SCHEMA_V2 = SCHEMA_V1 + (COUNTERS,)
 SCHEMA = SCHEMA_V2 + ANCHORS
 Row = tuple[str, str, str, int, float]  # key, fingerprint, text, bytes, access
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 
@@ -83,25 +81,6 @@ def _reference_master(schema: tuple[str, ...]) -> set[tuple]:
 
 
 _MASTER, _MASTER_V2, _MASTER_V1 = (_reference_master(s) for s in (SCHEMA, SCHEMA_V2, SCHEMA_V1))
-
-
-def check_header(path: Path) -> None:
-    """Raise :class:`IndexDamaged` if ``path`` has no SQLite header or is shorter than its
-    header says (truncated). Skipped while a ``-wal`` file exists (pages may live there)."""
-    with open(path, "rb") as f:
-        head = f.read(100)
-    if not head:
-        return  # an empty file is a fresh database
-    if len(head) < 100 or head[:16] != _SQLITE_MAGIC:
-        raise IndexDamaged("not an SQLite database (bad header)")
-    if Path(f"{path}-wal").exists():
-        return
-    page_size = struct.unpack(">H", head[16:18])[0]
-    page_size = 65536 if page_size == 1 else page_size
-    change, pages, valid_for = struct.unpack(">I", head[24:28])[0], struct.unpack(">I", head[28:32])[0], \
-        struct.unpack(">I", head[92:96])[0]
-    if pages and change == valid_for and pages * page_size > path.stat().st_size:
-        raise IndexDamaged(f"truncated: {path.stat().st_size} bytes, header says {pages * page_size}")
 
 
 class IndexDB:
@@ -145,7 +124,7 @@ class IndexDB:
             if self.path.exists():
                 check_header(self.path)
             if self.readonly:
-                con = _connect_readonly(self.path)
+                con = connect_readonly(self.path)
             else:
                 con = sqlite3.connect(str(self.path), timeout=self._busy_ms / 1000, check_same_thread=False,
                                       isolation_level=None)
@@ -269,15 +248,3 @@ def _select_in(con: sqlite3.Connection, sql: str, values: Sequence[str], *head: 
         part = list(values[lo:lo + 500])
         out += con.execute(sql.format(",".join("?" * len(part))), (*head, *part)).fetchall()
     return out
-
-
-def _connect_readonly(path: Path) -> sqlite3.Connection:
-    """Read-only connection; ``immutable=1`` where the folder cannot even hold a lock file
-    (a WAL database on a read-only mount)."""
-    uri = Path(os.path.abspath(path)).as_uri()
-    try:
-        con = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchall()
-        return con
-    except sqlite3.OperationalError:
-        return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False, isolation_level=None)
