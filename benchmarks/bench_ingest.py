@@ -29,8 +29,8 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 import ragpic
-from ragpic.cache.keys import chunk_key
-from ragpic.cache.opening import open_store
+from ragpic.cache.format.keys import chunk_key
+from ragpic.cache.store.opening import open_store
 from ragpic.core.compile import _batches, compile_chunks
 from ragpic.core.forward import prefill
 from ragpic.core.model import LoadedModel, load_model
@@ -82,7 +82,6 @@ def time_ingest(lm: LoadedModel, texts: list[str]) -> float:
         rp.compile(texts)
         dt = time.perf_counter() - t0
         rp.store.close()
-        getattr(rp.text_index, "close", lambda: None)()
     return dt
 
 

@@ -37,7 +37,7 @@ import torch
 
 from ragpic.cache import ChunkStore, chunk_key
 from ragpic.cache.backends import DiskBackend, MemoryBackend
-from ragpic.cache.entry import encode
+from ragpic.cache.format.entry import encode
 from ragpic.core.kv import ChunkKV
 
 FP = "bench/smollm2-geometry"
@@ -120,7 +120,7 @@ def run(*, chunks: int = 8, runs: int = 5, tokens: int = 512, layers: int = 30, 
                                                     memory_bytes=0, quant=quant),
                 }
                 if redis_url:
-                    from ragpic.cache.redis_backend import RedisBackend
+                    from ragpic.cache.backends.redis_backend import RedisBackend
 
                     tiers["redis"] = lambda: ChunkStore(RedisBackend(redis_url, prefix=f"bench:{dname}:{quant}:"),
                                                         fingerprint=FP, memory_bytes=0, quant=quant)

@@ -4,7 +4,7 @@ The store's int4 (keys per channel over 64-token groups, values per token over a
 costs +8% KL; this measures whether a finer layout or pre-RoPE keys (rotated back to position
 0 before quantizing, forward again after, as KVQuant does) brings it within the 2% bar.
 Each layout is quantized and dequantized in memory (the stored format's own arithmetic,
-``ragpic.cache.int4._codes``) and linked on the same prompts as exact KV, bundled MuSiQue
+``ragpic.cache.format.int4._codes``) and linked on the same prompts as exact KV, bundled MuSiQue
 questions with 192-token passages as in docs/RESULTS.md section 1:
 
     python benchmarks/int4_layouts.py [LIMIT] [JSON]
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from ragpic.cache.int4 import _codes
+from ragpic.cache.format.int4 import _codes
 from ragpic.core.kv import ChunkKV
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.rope import rotate_keys

@@ -15,7 +15,9 @@ code written against the builtins keeps working. This module imports nothing.
     ├── GenerationTimeout     a call ran past its ``timeout`` (also a ``TimeoutError``)
     ├── StoreError            the KV store cannot do what was asked (e.g. a write failed)
     │   ├── CorruptEntry      a stored entry fails its checks (deleted and recompiled)
-    │   └── ForeignEntry      a stored entry belongs to another model or recipe
+    │   ├── ForeignEntry      a stored entry belongs to another model or recipe
+    │   ├── IndexDamaged      a folder store's index.sqlite is damaged (moved aside, rebuilt)
+    │   └── UnsafePath        a key or path would leave the store folder (also a ValueError)
     ├── UsageError            ``ragpic``: a command-line argument is wrong (exit status 2)
     ├── BadRequest            ``ragpic serve``: a request that cannot be served as sent (4xx)
     └── QueueFull             ``ragpic serve``: the wait queue is full (HTTP 429)
@@ -35,11 +37,13 @@ __all__ = [
     "CorruptEntry",
     "ForeignEntry",
     "GenerationTimeout",
+    "IndexDamaged",
     "LinkError",
     "ModelFileError",
     "QueueFull",
     "RagPicError",
     "StoreError",
+    "UnsafePath",
     "UnsupportedModelError",
     "UsageError",
 ]
@@ -87,6 +91,15 @@ class CorruptEntry(StoreError, ValueError):
 
 class ForeignEntry(StoreError, ValueError):
     """A well-formed entry that belongs to another model fingerprint, recipe or key."""
+
+
+class IndexDamaged(StoreError):
+    """A folder store's ``index.sqlite`` is not a ragpic index or is damaged; the message says
+    how. Raised while opening it, which then moves it aside and rebuilds it from the entries."""
+
+
+class UnsafePath(StoreError, ValueError):
+    """A key or path that would leave the store folder (or is not a ragpic key)."""
 
 
 class GenerationTimeout(RagPicError, TimeoutError):

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from ragpic.cache.keys import chunk_key
+from ragpic.cache.format.keys import chunk_key
 from ragpic.core.kv import ChunkKV
 
 FP = "test-model@deadbeef/float32"
@@ -77,7 +77,8 @@ def die_mid_write(path: str) -> None:
     """Store chunk 0, then SIGKILL this process halfway through writing chunk 1's entry file."""
     import signal
 
-    from ragpic.cache import folder, open_store
+    from ragpic.cache import open_store
+    from ragpic.cache.backends.disk import folder
 
     store = open_store(path, fingerprint=FP, memory_bytes=0)
     key, kv, text = make_chunk(0, tokens=300)

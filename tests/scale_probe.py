@@ -1,7 +1,7 @@
 """Fill a folder store with N entries of a tiny model, or open it in a fresh process and measure.
 
 Used by ``test_store_scale.py`` (docs/RESULTS.md §11). ``fill`` writes entries through the real
-store and text index (``ChunkStore.put_many`` + ``TextIndex.add``, what ``compile`` does)
+store and its catalog of texts and anchors (``ChunkStore.put_many``, what ``compile`` does)
 with correctly shaped KV and each text's real token ids, so the entries pass every check a
 query makes; the KV values are random (the test measures cost, not answers). ``probe`` runs
 in a new interpreter so its resident memory is this process's own: it opens the store the
@@ -65,8 +65,7 @@ def fill(folder: str, lo: int, hi: int) -> None:
             kv = ChunkKV(token_ids=ids, keys=torch.randn(shape, generator=g), values=torch.randn(shape, generator=g),
                          base_position=0, fingerprint=lm.fingerprint, recipe=recipe)
             batch[engine.chunk_key(text)] = (kv, text)
-        stored = set(engine.store.put_many(batch, strict=True))
-        engine.text_index.add({k: t for k, (_, t) in batch.items() if k in stored})
+        engine.store.put_many(batch, strict=True)  # catalogues texts and anchors with the entries
     engine.store.close()
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from cache_helpers import FP, make_chunk
-from ragpic.cache.entry import encode, read_header
+from ragpic.cache.format.entry import encode, read_header
 
 _PREFIX = struct.Struct("<4sHI16s")
 
@@ -135,7 +135,8 @@ def die_between_entry_and_catalog(path: str, seeds: list[int], die_at: int) -> N
     import torch
 
     torch.set_num_threads(1)
-    from ragpic.cache import folder, open_store
+    from ragpic.cache import open_store
+    from ragpic.cache.backends.disk import folder
 
     original, calls = folder.write_entry, []
 

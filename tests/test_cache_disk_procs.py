@@ -17,8 +17,8 @@ import pytest
 from cache_helpers import FP, chunk_tokens, die_mid_write, endless_writer, make_chunk, same_kv, writer_process
 from ragpic.cache import open_store
 from ragpic.cache.backends import DiskBackend
-from ragpic.cache.breaker import Breaker
-from ragpic.cache.entry import decode
+from ragpic.cache.store.breaker import Breaker
+from ragpic.cache.format.entry import decode
 
 
 def test_two_processes_write_concurrently(tmp_path: Path) -> None:

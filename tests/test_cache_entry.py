@@ -9,8 +9,8 @@ import torch
 
 from cache_helpers import FP, make_chunk, same_kv
 from ragpic.cache import CorruptEntry, ForeignEntry, chunk_key
-from ragpic.cache.entry import decode, encode
-from ragpic.cache.keys import dtype_name
+from ragpic.cache.format.entry import decode, encode
+from ragpic.cache.format.keys import dtype_name
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -119,7 +119,7 @@ def test_chunk_key_is_content_addressed() -> None:
 def test_int4_error_is_within_its_group_scale(tokens: int, dtype: torch.dtype) -> None:
     """int4 (docs/RESULTS.md §1): every element within half its group's step (keys per channel and 64-token
     group, values per token), an outlier channel included; decoded to float KV in the dtype."""
-    from ragpic.cache.int4 import GROUP
+    from ragpic.cache.format.int4 import GROUP
 
     key, kv, text = make_chunk(3, tokens=tokens, dtype=dtype, head_dim=64)
     kv.keys[..., 5] += 40  # an outlier channel, as real keys have

@@ -28,7 +28,7 @@ def cluster():
 
 
 def _backend(url: str, prefix: str | None = None):
-    from ragpic.cache.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis_backend import RedisBackend
 
     return RedisBackend(url, prefix=prefix or f"t{uuid.uuid4().hex[:8]}:")
 
@@ -100,7 +100,7 @@ def test_payload_before_meta_on_the_cluster(cluster, monkeypatch):
 def test_store_check_on_the_cluster_finds_and_repairs_an_uncatalogued_entry(cluster):
     """What a crash between the metas and the catalog rows leaves (no cross-slot MULTI on a
     cluster): an entry hints find but matching does not; ``ragpic store check --repair`` adds it."""
-    from ragpic.cache.check import check_store
+    from ragpic.cache.tools.check import check_store
 
     backend = _backend(cluster.url)
     store = ChunkStore(backend, fingerprint=FP, memory_bytes=0)

@@ -11,8 +11,8 @@ import torch
 from cache_helpers import FP, make_chunk, same_kv
 from ragpic.cache import ChunkStore, open_store
 from ragpic.cache.backends import DiskBackend, KVBackend, MemoryBackend
-from ragpic.cache.entry import encode
-from ragpic.cache.folder import entry_path
+from ragpic.cache.format.entry import encode
+from ragpic.cache.backends.disk.folder import entry_path
 
 
 def _fill(store: ChunkStore, seeds, **kw) -> dict[str, tuple]:
@@ -58,6 +58,21 @@ def test_backends_satisfy_protocol(tmp_path: Path, kind: str) -> None:
     backend.close()
     declared = {n for n, v in vars(KVBackend).items() if callable(v) and not n.startswith("_")}
     assert declared and declared <= backend.calls, declared - backend.calls  # none left untested
+
+
+def test_backends_are_kvbackends_and_a_partial_one_is_refused(tmp_path: Path) -> None:
+    from ragpic.cache.backends import RedisBackend
+
+    disk = DiskBackend(tmp_path / "kv", fingerprint=FP)
+    assert isinstance(MemoryBackend(1 << 20), KVBackend) and isinstance(disk, KVBackend)
+    assert issubclass(RedisBackend, KVBackend)
+    disk.close()
+
+    class NoCatalog(KVBackend):  # a medium that forgot the catalog calls
+        get_many = put_many = contains = delete = stats = close = lambda self, *a, **k: None
+
+    with pytest.raises(TypeError, match="catalog"):
+        NoCatalog()
 
 
 def test_memory_backend_budget_and_lru_order() -> None:

@@ -154,8 +154,7 @@ def test_pool_reuses_cuda_memory_across_device_spellings_after_its_event():
 
 def test_int8_kv_dequantized_on_the_device_equals_the_store():
     """int8 + scales cross to the device; the values equal the store's CPU decode."""
-    from ragpic.cache.entry import quantize_int8
-    from ragpic.core.ops.quant import dequantize_int8
+    from ragpic.core.ops.quant import dequantize_int8, quantize_int8
 
     x = torch.randn(3, 2, 40, 64) * 4
     (qk, sk), (qv, sv) = quantize_int8(x), quantize_int8(x * 0.5)

@@ -167,7 +167,7 @@ def test_int_delta_fast_path_equals_per_token_shifts():
 # ----------------------------------------------------------------------------- int8 on the device
 def _int8_copy(kv: ChunkKV) -> tuple[ChunkKV, ChunkKV]:
     """(int8 KV with scales, the same KV dequantized on the host) for one chunk."""
-    from ragpic.cache.entry import quantize_int8
+    from ragpic.core.ops.quant import quantize_int8
 
     (qk, sk), (qv, sv) = quantize_int8(kv.keys), quantize_int8(kv.values)
     q = ChunkKV(kv.token_ids, qk, qv, kv.base_position, kv.fingerprint, kv.recipe,

@@ -100,7 +100,7 @@ def test_damaged_entry_on_disk_is_recompiled_never_linked(engine, tmp_path, capl
     before = engine.generate(_prompt(PASSAGES), hints=PASSAGES)
     key = engine.chunk_key(PASSAGES[1])
     engine.store.close()
-    from ragpic.cache.folder import entry_path
+    from ragpic.cache.backends.disk.folder import entry_path
 
     f = entry_path(tmp_path / "kv", key)  # one file per entry, named by its key
     data = bytearray(f.read_bytes())

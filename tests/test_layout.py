@@ -25,8 +25,14 @@ ALLOWED = {
     "ragpic.core.methods": ("ragpic.errors",),
     "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.config"),
     "ragpic.config": ("ragpic.core.methods", "ragpic.errors", "ragpic.checks"),
-    "ragpic.cache": ("ragpic.cache", "ragpic.core.kv", "ragpic.core.methods", "ragpic.errors", "ragpic.checks",
-                     "ragpic.config"),
+    # inside the cache, layers flow tools -> store -> backends -> format (ARCHITECTURE §2)
+    "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.kv", "ragpic.core.methods", "ragpic.core.ops.quant",
+                            "ragpic.errors"),
+    "ragpic.cache.backends": ("ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
+    "ragpic.cache.store": ("ragpic.cache.store", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.core.kv",
+                           "ragpic.errors"),
+    "ragpic.cache.tools": ("ragpic.cache.tools", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
+    "ragpic.cache": ("ragpic.cache.format", "ragpic.cache.store"),  # the package itself: its public names
     "ragpic.engine.generation": ("ragpic.core", "ragpic.errors"),
     "ragpic.engine.prompting": ("ragpic.checks", "ragpic.errors"),
     "ragpic.engine.segmenting": ("ragpic.core", "ragpic.checks", "ragpic.errors", "ragpic.engine.generation",
@@ -103,6 +109,21 @@ def test_every_import_respects_the_layers():
             continue
         bad += [f"{name} -> {t}" for t in sorted(targets) if not _covered(t, allowed)]
     assert not bad, "forbidden imports:\n" + "\n".join(bad)
+
+
+def test_the_cache_layers_only_import_downwards():
+    # a lower layer of ragpic.cache never imports a higher one, and the base class of the
+    # backends imports no implementation
+    order = ("ragpic.cache.format", "ragpic.cache.backends", "ragpic.cache.store", "ragpic.cache.tools")
+    g = graph()
+    for name, targets in g.items():
+        mine = [i for i, layer in enumerate(order) if _covered(name, (layer,))]
+        for t in targets:
+            theirs = [i for i, layer in enumerate(order) if _covered(t, (layer,))]
+            assert not (mine and theirs and theirs[0] > mine[0]), f"{name} -> {t}"
+    assert not [t for t in g["ragpic.cache.backends.base"] if t.startswith("ragpic.cache.backends")]
+    assert not [n for n, ts in g.items() if n.startswith("ragpic.core") and any(_covered(t, ("ragpic.cache",))
+                                                                                for t in ts)]
 
 
 def test_core_and_cache_never_import_an_adapter_or_the_engine():

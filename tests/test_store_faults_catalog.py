@@ -20,7 +20,7 @@ import pytest
 from cache_helpers import FP, make_chunk
 from ragpic import Config, RagPic
 from ragpic.cache import open_store
-from ragpic.cache.folder import entry_path
+from ragpic.cache.backends.disk.folder import entry_path
 from ragpic.errors import ConfigError, StoreError
 from store_faults import die_between_entry_and_catalog, fill_disk, read_only_view, tmpfs
 from tiny import TEXT, tiny_lm

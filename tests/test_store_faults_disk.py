@@ -21,10 +21,10 @@ import torch
 
 from cache_helpers import FP, make_chunk
 from ragpic.cache import Expected, open_store
-from ragpic.cache.check import check_store
-from ragpic.cache.entry import encode
-from ragpic.cache.folder import entry_path
-from ragpic.cache.keys import chunk_key
+from ragpic.cache.tools.check import check_store
+from ragpic.cache.format.entry import encode
+from ragpic.cache.backends.disk.folder import entry_path
+from ragpic.cache.format.keys import chunk_key
 from ragpic.core.kv import ChunkKV
 from ragpic.errors import StoreError
 from store_faults import crafted_legacy_folder, forge, nested_json
@@ -81,7 +81,7 @@ def test_store_code_never_unpickles_nor_imports_diskcache(tmp_path: Path) -> Non
                 assert node.attr not in ("load", "loads") or not isinstance(node.value, ast.Name) \
                     or node.value.id not in ("torch", "np", "numpy", "pickle"), f"{path.name}: {ast.unparse(node)}"
     code = ("import sys; sys.path.insert(0, 'tests'); from cache_helpers import FP, make_chunk;"
-            "from ragpic.cache import open_store; from ragpic.cache.check import check_store;"
+            "from ragpic.cache import open_store; from ragpic.cache.tools.check import check_store;"
             f"s = open_store({str(tmp_path)!r}, fingerprint=FP); k, kv, t = make_chunk(1);"
             "s.put_many({k: (kv, t)}); assert s.get_many([k]); s.texts(); check_store(s.backend.path.as_posix());"
             "assert 'diskcache' not in sys.modules, 'diskcache imported'")
@@ -148,7 +148,7 @@ TEXT_B = "question: what is the best thing to do in san francisco? answer: eat a
 
 
 def _forgeries() -> dict[str, tuple[str, bytes]]:
-    """Name -> (key looked up, forged entry bytes) for every way an entry can disagree with the request."""
+    """Name -> (key looked up, forged entry bytes) for every inconsistency an honest checksum cannot catch."""
     good = encode(_chunk(TEXT_A), text=TEXT_A)
     key_a, key_b = (chunk_key(FP, t, "plain", "float32") for t in (TEXT_A, TEXT_B))
     ids = _chunk(TEXT_A).token_ids.clone()
@@ -193,7 +193,7 @@ def test_orphans_of_dead_writers_are_reclaimed_live_ones_kept(tmp_path: Path) ->
     store.close()
     shard = entry_path(tmp_path, key).parent
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    from ragpic.cache.folder import writer_id
+    from ragpic.cache.backends.disk.folder import writer_id
 
     host = writer_id().rsplit("-", 2)[0]
     orphans = [shard / f"{key}.{host}-{dead.stdout.strip()}-aaaa.tmp", shard / f"{key}.otherhost-1-bbbb.tmp"]

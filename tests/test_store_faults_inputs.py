@@ -17,8 +17,8 @@ import pytest
 from cache_helpers import FP, make_chunk
 from ragpic import Config, RagPic
 from ragpic.cache import open_store
-from ragpic.cache.folder import entry_path
-from ragpic.cache.spec import parse_store
+from ragpic.cache.backends.disk.folder import entry_path
+from ragpic.cache.backends.spec import parse_store
 from ragpic.errors import ConfigError
 from tiny import tiny_lm
 

@@ -16,8 +16,8 @@ import pytest
 from cache_helpers import FP, make_chunk
 from ragpic import Config, RagPic
 from ragpic.cache import ChunkStore
-from ragpic.cache.check import check_store
-from ragpic.cache.entry import encode
+from ragpic.cache.tools.check import check_store
+from ragpic.cache.format.entry import encode
 from redis_server import RedisServer, redis_url  # noqa: F401  (fixture)
 from store_faults import forge
 from tiny import TEXT, tiny_lm
@@ -29,7 +29,7 @@ BUDGET = 0.25
 
 
 def _store(url: str, prefix: str | None = None, **kw) -> ChunkStore:
-    from ragpic.cache.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis_backend import RedisBackend
 
     backend = RedisBackend(url, prefix=prefix or f"t{uuid.uuid4().hex[:8]}:", timeout_s=BUDGET)
     return ChunkStore(backend, fingerprint=FP, memory_bytes=0, **kw)

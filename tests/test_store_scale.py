@@ -24,8 +24,6 @@ import pytest
 from cache_helpers import FP, make_chunk
 from ragpic.cache import ChunkStore
 from ragpic.cache.backends import DiskBackend, MemoryBackend
-from ragpic.cache.text_index import TextIndex
-from ragpic.cache.text_index_tables import SqliteTable
 from redis_server import redis_url  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("scale_probe.py")
@@ -36,7 +34,7 @@ def _store(kind: str, tmp_path: Path, url: str | None = None) -> ChunkStore:
     if kind == "redis":
         import uuid
 
-        from ragpic.cache.redis_backend import RedisBackend
+        from ragpic.cache.backends.redis_backend import RedisBackend
 
         return ChunkStore(RedisBackend(url, prefix=f"t{uuid.uuid4().hex[:8]}:"), fingerprint=FP, memory_bytes=0)
     backend = DiskBackend(tmp_path / "kv", fingerprint=FP) if kind == "folder" else MemoryBackend(1 << 20)
@@ -63,26 +61,33 @@ def test_a_compile_of_stored_chunks_checks_catalog_rows_not_the_catalog(kind, tm
     store.close()
 
 
-def test_text_index_counts_with_triggers_and_counts_an_old_file_once(tmp_path) -> None:
-    """The count compared with the store's on every open is a row kept by triggers (O(1)), and
-    a file written before the row existed is counted once when opened."""
+def test_anchor_rows_follow_the_catalog_rows_and_an_old_index_gets_them_once(tmp_path) -> None:
+    """The text index is the catalog's ``anchors`` table: one row per catalogued entry, whatever
+    writes or removes it (upsert, repair, delete, a fingerprint's rows), and an index written
+    before the table existed gets every row once when opened."""
     import sqlite3
 
-    path = tmp_path / "ix.sqlite"
-    index = TextIndex(SqliteTable(path, "fp"))
-    texts = {f"k{i}": f"passage number {i} long enough to have an anchor" for i in range(10)}
-    index.add(texts)
-    index.add(dict(list(texts.items())[:4]))  # re-adding is an update, not a second row
-    index.remove(["k0", "k1", "absent"])
-    assert index.table.count() == 8 == SqliteTable(path, "fp").count()
-    assert SqliteTable(path, "other-model").count() == 0
-    index.table.close()
-    with sqlite3.connect(path) as con:  # the file as an older ragpic left it: no counts table
-        con.executescript("DROP TRIGGER postings_ins; DROP TRIGGER postings_del; DROP TABLE counts;")
-    reopened = SqliteTable(path, "fp")
-    assert reopened.count() == 8
-    TextIndex(reopened).add({"new": "one more passage long enough to have an anchor"})
-    assert reopened.count() == 9
+    store = _store("folder", tmp_path)
+    items = {k: (kv, t) for k, kv, t in (make_chunk(s) for s in range(10))}
+    store.put_many(items, strict=True)
+    store.put_many(dict(list(items.items())[:4]), strict=True)  # re-adding is an update, not a second row
+    keys = list(items)
+    store.delete_many(keys[:2])
+    store.backend.catalog_remove(FP, keys[2:3])  # a row lost (a crash): its anchor goes with it
+    db = store.backend._db  # noqa: SLF001
+
+    def rows(fp: str = FP) -> int:
+        return db.query("SELECT count(*) FROM anchors WHERE fingerprint = ?", (fp,))[0][0]
+
+    assert rows() == 7 == db.totals()[0] and rows("other-model") == 0
+    store.backend.catalog_add(FP, {keys[2]: items[keys[2]][1]})  # the repair puts both back
+    assert rows() == 8 == db.totals()[0]
+    store.close()
+    with sqlite3.connect(tmp_path / "kv" / "index.sqlite") as con:  # as an older ragpic left it
+        con.executescript("DROP TRIGGER entries_del_anchor; DROP TABLE anchors;")
+    again = _store("folder", tmp_path)
+    assert again.backend._db.query("SELECT count(*) FROM anchors")[0][0] == 8  # noqa: SLF001
+    again.close()
 
 
 def _run(*args: object) -> str:

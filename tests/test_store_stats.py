@@ -19,7 +19,7 @@ import pytest
 from cache_helpers import FP, make_chunk
 from ragpic.cache import ChunkStore
 from ragpic.cache.backends import DiskBackend
-from ragpic.cache.report import format_report, store_report
+from ragpic.cache.tools.report import format_report, store_report
 from redis_server import RedisCluster, redis_url  # noqa: F401  (fixture)
 
 
@@ -65,7 +65,7 @@ def test_evictions_are_counted_where_they_happen(tmp_path: Path) -> None:
 
 
 def _encoded(items: dict) -> dict:
-    from ragpic.cache.entry import encode
+    from ragpic.cache.format.entry import encode
 
     return {k: encode(kv, text=t) for k, (kv, t) in items.items()}
 
@@ -92,8 +92,8 @@ def test_an_index_from_before_counters_gets_them_and_reads_without(tmp_path: Pat
     store = _folder_store(path)
     store.put_many(_items(range(2)), strict=True)
     store.close()
-    with sqlite3.connect(path / "index.sqlite") as con:  # as the previous release left it
-        con.execute("DROP TABLE counters")
+    with sqlite3.connect(path / "index.sqlite") as con:  # as the release before counters left it
+        con.executescript("DROP TABLE counters; DROP TRIGGER entries_del_anchor; DROP TABLE anchors;")
     old = store_report(str(path))  # read-only: accepted as it is, nothing written
     assert old.entries == 2 and old.counters == {} and "predates shared counters" in old.notes[0]
     again = _folder_store(path, stats_interval_s=0)  # opened writable: the table is added, entries kept
@@ -123,7 +123,7 @@ def test_stats_cli_prints_json_and_refuses_what_is_not_a_store(tmp_path: Path, c
 
 @pytest.mark.redis
 def test_redis_counters_and_report(redis_url: str) -> None:  # noqa: F811
-    from ragpic.cache.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis_backend import RedisBackend
 
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     items = _items(range(5))
@@ -142,7 +142,7 @@ def test_redis_counters_and_report(redis_url: str) -> None:  # noqa: F811
 
 @pytest.mark.redis
 def test_cluster_counters_and_report() -> None:
-    from ragpic.cache.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis_backend import RedisBackend
 
     cluster = RedisCluster()
     try:

@@ -1,7 +1,7 @@
 """``ragpic store check [--repair] PATH|URL`` and ``ragpic store stats PATH|URL``.
 
 Wired into ``ragpic/cli/main.py`` with :func:`add_parser`; the logic lives in
-:mod:`ragpic.cache.check` and :mod:`ragpic.cache.report`. ``check`` exits 0 clean (or
+:mod:`ragpic.cache.tools.check` and :mod:`ragpic.cache.tools.report`. ``check`` exits 0 clean (or
 repaired), 1 problems left, 2 the target is not a store; ``stats`` 0, or 2 not a store.
 """
 
@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run_stats(args: argparse.Namespace) -> int:
     """Run ``ragpic store stats``; 0, or 2 when the target is not a store."""
-    from ragpic.cache.report import format_report, store_report
+    from ragpic.cache.tools.report import format_report, store_report
     from ragpic.errors import ConfigError
 
     try:
@@ -51,7 +51,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``ragpic store check``; return the exit status (see the module docstring)."""
-    from ragpic.cache.check import check_store, format_result
+    from ragpic.cache.tools.check import check_store, format_result
     from ragpic.errors import ConfigError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from ragpic.cache.expect import expected_for
+from ragpic.cache.format.expect import expected_for
 from ragpic.config import Config
 from ragpic.core.compile import compile_chunks
 from ragpic.core.decode import Sampling, decode_tokens
@@ -64,11 +64,6 @@ class RagPic:
             quant=self.config.kv_quant,
             stats_interval_s=self.config.store_stats_interval_s,
         )
-        from ragpic.cache.text_index_open import open_text_index
-
-        # Stored chunk texts by anchor, shared through the store's backend, so finding them in a
-        # prompt costs O(prompt) lookups instead of a scan of every stored text (test_text_index.py).
-        self.text_index = open_text_index(self.config.store if store is None else None, self.store)
 
     # ----- tokens and templates -------------------------------------------------------
     @property
@@ -148,8 +143,7 @@ class RagPic:
                     i = e.index or 0
                     raise ChunkError(f"{e} [text starts {part[i][1][:60]!r}]", lo + i) from e
                 batch = {k: (kv.to("cpu"), t) for (k, t), kv in zip(part, kvs)}
-                stored = set(self.store.put_many(batch, strict=strict))  # strict (compile): a failed write raises
-                self.text_index.add({k: t for k, (_, t) in batch.items() if k in stored})
+                self.store.put_many(batch, strict=strict)  # strict (compile): a failed write raises
                 out.update({k: kv for (k, _), kv in zip(part, kvs)})
         finally:
             bar.close()
@@ -181,9 +175,10 @@ class RagPic:
         return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
 
     def _stored_texts_in(self, text: str):
-        """Stored chunk texts to look for in ``text``: the text index's candidates, or the
-        store's catalog when the index cannot answer (its server stalled or is down)."""
-        found = self.text_index.candidates(text)
+        """Stored chunk texts to look for in ``text``: the candidates the store's catalog finds
+        by anchor, O(prompt) lookups (docs/ARCHITECTURE.md §2), or its cached texts when the
+        backend cannot answer (its server stalled or is down)."""
+        found = self.store.candidates(text)
         return found if found is not None else self.store.texts().values()
 
     def close(self) -> None:

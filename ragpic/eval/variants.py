@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragpic.cache.entry import round_trip as store_round_trip  # the KV a store with that quant hands back
+from ragpic.cache.format.entry import round_trip as store_round_trip  # the KV a store with that quant hands back
 from ragpic.core.compile import compile_chunks
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import parse_method

@@ -29,8 +29,7 @@ def texts_of(engine, ids: list[str]) -> dict[str, str]:
     present = {i for i, hit in zip(ids, engine.store.contains_many(ids)) if hit}
     if not present:
         return {}
-    index = getattr(engine, "text_index", None)
-    known = index.texts_of(sorted(present)) if index is not None else engine.store.texts()
+    known = engine.store.texts_of(sorted(present))
     return {i: known[i] for i in present if i in known}
 
 
@@ -101,7 +100,4 @@ def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_o
 
 
 def _delete(engine, cache_id: str) -> None:
-    engine.store.delete_many([cache_id])
-    index = getattr(engine, "text_index", None)
-    if index is not None:
-        index.remove([cache_id])
+    engine.store.delete_many([cache_id])  # its catalog row and text go with it

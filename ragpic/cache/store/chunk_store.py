@@ -1,0 +1,298 @@
+"""ChunkStore: the tiered KV store the engine reads and writes.
+
+Reads go memory (decoded :class:`ChunkKV`, LRU with a byte budget) -> backend (entry
+bytes, decoded and verified) -> miss (the engine recompiles and calls :meth:`put_many`).
+Nothing a backend returns is trusted: an entry that fails to decode in any way, is filed
+under another key, has a base position that is not its recipe's, or (given ``expect``)
+does not match the model's shape or the tokenization of its text is corrupt: logged once,
+deleted, counted in ``corrupt`` and reported as a miss.
+
+A failing backend (disk full, unwritable folder, Redis down or stalled) is logged once per
+kind of failure, counted in ``errors`` and skipped by a circuit breaker whose back-off
+doubles from ``cooldown_s`` up to ``max_backoff_s`` (see :mod:`ragpic.cache.store.breaker`):
+queries are then answered by recomputing instead of waiting or crashing. Ingest
+(``put_many(strict=True)``, what ``RagPic.compile`` uses) instead raises a
+:class:`ragpic.errors.StoreError` naming the chunk and the cause.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+from ragpic.cache.backends.base import KVBackend
+from ragpic.cache.backends.lru import ByteLRU
+from ragpic.cache.format.entry import QUANTS, CorruptEntry, decode, encode, round_trip
+from ragpic.cache.format.expect import Expected, check_expected, verify_entry
+from ragpic.cache.store.breaker import Breaker
+from ragpic.cache.store.catalog_view import StoreCatalog
+from ragpic.cache.store.guard import Guard
+from ragpic.cache.store.stats import StoreCounters, StoreStats, summary
+from ragpic.cache.store.writes import put_to_backend
+from ragpic.cache.store.write_errors import describe, write_error
+from ragpic.core.kv import ChunkKV
+
+log = logging.getLogger("ragpic.cache")
+
+DEFAULT_MEMORY_BYTES = 512 * 2**20
+_T = TypeVar("_T")
+
+
+def _hot_size(item: tuple[ChunkKV, str, bool]) -> int:
+    kv, text, _ = item
+    return kv.nbytes + kv.token_ids.numel() * 8 + len(text)
+
+
+class ChunkStore:
+    """Memory hot tier of decoded KV in front of an optional :class:`KVBackend`.
+
+    Args:
+        backend: where entry bytes persist; ``None`` keeps everything in memory only.
+        fingerprint: model fingerprint; entries of other fingerprints are never returned.
+        memory_bytes: budget of the hot tier (decoded KV bytes).
+        quant: ``"none"`` (bit-exact), ``"int8"`` or ``"int4"`` for entries written by this store.
+        verify_keys: check that a decoded entry's (text, recipe, dtype) hashes to its key.
+        cooldown_s, max_backoff_s: the breaker's first and longest back-off after a failure.
+        catalog_refresh_s: :meth:`texts` re-reads the backend catalog after this long.
+        stats_interval_s: at most this often (on the next read or write), add this process's
+            counts to the backend's shared counters and log them at INFO on ``ragpic.cache``
+            (0: only on :meth:`close`).
+    """
+
+    def __init__(self, backend: KVBackend | None, *, fingerprint: str, memory_bytes: int = DEFAULT_MEMORY_BYTES,
+                 quant: str = "none", verify_keys: bool = True, cooldown_s: float = 1.0,
+                 max_backoff_s: float = 60.0, catalog_refresh_s: float = 30.0,
+                 stats_interval_s: float = 300.0) -> None:
+        if quant not in QUANTS:
+            raise ValueError(f"unknown quant {quant!r}: expected one of {QUANTS}")
+        self.backend, self.fingerprint, self.quant, self.verify_keys = backend, fingerprint, quant, verify_keys
+        self._guard = Guard(backend, Breaker(cooldown_s, max(cooldown_s, max_backoff_s)), self._count)
+        self._hot: ByteLRU[tuple[ChunkKV, str, bool]] = ByteLRU(memory_bytes, _hot_size)
+        self._counts = StoreCounters(stats_interval_s)
+        self._bad: set[str] = set()  # corrupt entries the backend could not delete: never re-read
+        self._catalog = StoreCatalog(backend, fingerprint, self._call, self._count, catalog_refresh_s)
+
+    @property
+    def breaker(self) -> Breaker:
+        """The circuit breaker in front of the backend (replace it to change the back-off)."""
+        return self._guard.breaker
+
+    @breaker.setter
+    def breaker(self, value: Breaker) -> None:
+        self._guard.breaker = value
+
+    def _count(self, **delta: int) -> None:
+        self._counts.count(**delta)
+
+    def _call(self, direction: str, fn: Callable[..., _T], *args: object) -> tuple[bool, _T | None]:
+        return self._guard.call(direction, fn, *args)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def get_many(self, keys: Sequence[str], *, expect: Expected | None = None) -> dict[str, ChunkKV]:
+        """Verified KV for the keys that hit (memory first, then the backend).
+
+        ``expect`` (see :func:`ragpic.cache.format.expect.expected_for`) also holds each entry
+        against the model's shape and the tokenization of its text.
+        """
+        found: dict[str, ChunkKV] = {}
+        missing: list[str] = []
+        bad: list[str] = []
+        unique = list(dict.fromkeys(keys))
+        for key in unique:
+            hit = self._hot.get(key)
+            if hit is not None and not hit[2] and expect is not None:
+                hit = self._checked_hot(key, hit, expect, bad)
+            if hit is not None:
+                found[key] = hit[0]
+            elif key not in bad and key not in self._bad:
+                missing.append(key)
+        self._count(memory_hits=len(found), misses=len(unique) - len(found) - len(missing))
+        if missing:
+            ok, payloads = self._call("read", self.backend.get_many, missing) if self.backend else (False, None)
+            for key, data in zip(missing, payloads if ok and payloads else [None] * len(missing)):
+                kv = self._load(key, data, expect, bad) if data is not None else None
+                if kv is None:
+                    self._count(misses=1)
+                else:
+                    found[key] = kv
+        self._drop(bad)
+        self._tick()
+        return found
+
+    def _load(self, key: str, data: bytes, expect: Expected | None, bad: list[str]) -> ChunkKV | None:
+        try:
+            kv, text = verify_entry(key, data, fingerprint=self.fingerprint, verify_key=self.verify_keys,
+                                    expect=expect)
+        except CorruptEntry as exc:
+            return self._corrupt(key, exc, bad)
+        self._count(backend_hits=1, bytes_read=len(data))
+        self._hot_put(key, (kv, text, expect is not None))
+        return kv
+
+    def _hot_put(self, key: str, item: tuple[ChunkKV, str, bool]) -> None:
+        self._catalog.hot_put(key, item[1], self._hot.put(key, item))
+
+    def _checked_hot(self, key: str, hit: tuple[ChunkKV, str, bool], expect: Expected,
+                     bad: list[str]) -> tuple[ChunkKV, str, bool] | None:
+        """A hot entry read without ``expect`` is checked the first time one is given."""
+        try:
+            check_expected(hit[0], hit[1], expect)
+        except CorruptEntry as exc:
+            return self._corrupt(key, exc, bad)
+        checked = (hit[0], hit[1], True)
+        self._hot_put(key, checked)
+        return checked
+
+    def _corrupt(self, key: str, exc: CorruptEntry, bad: list[str]) -> None:
+        log.warning("KV entry %s is unusable and was dropped: %s", key, exc)
+        self._count(corrupt=1)
+        bad.append(key)
+
+    def _drop(self, bad: list[str]) -> None:
+        """Delete entries with their catalog rows (texts leave matching with them); the
+        ones the backend cannot delete are never read again."""
+        if not bad:
+            return
+        self._hot.discard_many(bad)
+        if not self._catalog.drop(bad):
+            self._bad.update(bad)
+
+    def contains_many(self, keys: Sequence[str], texts: Sequence[str] | None = None) -> list[bool]:
+        """Whether each key is stored (hot tier or backend), without reading or verifying it.
+
+        A backend failure answers ``False`` (the engine then recompiles). With ``texts``
+        (each key's chunk text), stored entries missing from the catalog are catalogued
+        again: a compile of chunks that are stored but uncatalogued repairs the catalog.
+        """
+        out = [key in self._hot and key not in self._bad for key in keys]
+        rest = [k for k, hit in zip(keys, out) if not hit and k not in self._bad]
+        if rest and self.backend is not None:
+            ok, found = self._call("read", self.backend.contains_many, rest)
+            present = {k for k, hit in zip(rest, found or []) if hit} if ok else set()
+            out = [hit or k in present for k, hit in zip(keys, out)]
+            if texts is not None and present:
+                self._catalog.repair({k: t for k, t in zip(keys, texts) if k in present})
+        return out
+
+    def texts(self, refresh: bool = False) -> dict[str, str]:
+        """``key -> chunk text`` of every entry known for this fingerprint (cached catalog)."""
+        hot = {k: t for k, (_, t, _) in self._hot.items()}
+        if self.backend is None:
+            return hot
+        merged = {k: t for k, t in self._catalog.rows(refresh=refresh).items() if k not in self._bad}
+        merged.update(hot)
+        return merged
+
+    def candidates(self, prompt: str) -> list[str] | None:
+        """Catalogued chunk texts that occur in ``prompt`` (exact slices of it, found through
+        the catalog's anchor rows, see :mod:`ragpic.cache.store.text_match`); ``None`` when the
+        backend cannot answer now (the caller then searches :meth:`texts`, the cached catalog)."""
+        return self._catalog.candidates(prompt)
+
+    def texts_of(self, keys: Sequence[str]) -> dict[str, str]:
+        """``key -> text`` of the catalogued keys among ``keys`` (``{}`` when the backend fails)."""
+        return {k: t for k, t in self._catalog.texts_of(keys).items() if k not in self._bad}
+
+    # -- writes ----------------------------------------------------------------------------------
+    def put_many(self, items: Mapping[str, tuple[ChunkKV, str]], *, strict: bool = False) -> list[str]:
+        """Store ``key -> (kv, text)``; return the keys the backend (or memory) now holds.
+
+        Without ``strict`` a failed write is logged and skipped (a query must not fail).
+        With ``strict`` (ingest) it raises, after cataloguing what was stored.
+
+        Raises:
+            StoreError: (``strict``) naming the first chunk not stored and the cause.
+            ValueError: an item compiled for another fingerprint.
+        """
+        encoded: dict[str, bytes] = {}
+        for key, (kv, text) in items.items():
+            if kv.fingerprint != self.fingerprint:
+                raise ValueError(f"chunk {key} was compiled for {kv.fingerprint!r}, store is for {self.fingerprint!r}")
+            try:
+                encoded[key] = data = encode(kv, text=text, quant=self.quant)
+            except ValueError as exc:  # e.g. NaN KV under int8: don't store, don't fail the query
+                if strict:
+                    raise write_error(text, key, exc, 0, len(items)) from exc
+                log.warning("KV entry %s not stored: %s", key, exc)
+                self._count(errors=1)
+                continue
+            hot_kv = kv if self.quant == "none" else decode(data, fingerprint=self.fingerprint)[0]
+            self._hot_put(key, (hot_kv, text, True))
+            self._bad.discard(key)
+        stored = list(encoded) if self.backend is None else put_to_backend(
+            self.backend, self._guard, self._catalog, encoded, {k: t for k, (_, t) in items.items()}, strict)
+        written = sum(len(encoded[k]) for k in stored) if self.backend else 0
+        self._count(puts=len(stored), bytes_written=written, recompiles=0 if strict else len(stored))
+        self._catalog.stored()
+        self._tick()
+        return stored
+
+    def stored_form(self, key: str, kv: ChunkKV) -> ChunkKV:
+        """``kv`` (just given to :meth:`put_many` under ``key``) as a read of its entry would
+        return it. A query that compiled a missing chunk links this, so its answer is the one
+        every later query that hits the entry gets.
+
+        ``kv`` itself in exact storage; else the decoded entry :meth:`put_many` left in the
+        hot tier (no second encode), or, if the hot tier has already let it go, the int8/int4
+        round trip. A ``kv`` that could not be encoded (inf/NaN under int8) was not stored, so
+        no read will ever differ from it: ``kv`` itself.
+        """
+        if self.quant == "none":
+            return kv
+        hit = self._hot.get(key)
+        if hit is not None:
+            return hit[0]
+        try:
+            return round_trip(kv, self.quant)
+        except ValueError:
+            return kv
+
+    def delete_many(self, keys: Sequence[str]) -> list[str]:
+        """Delete these entries (hot tier, backend, catalog); return the keys that were stored.
+        (Added for ``ragpic serve``'s ``DELETE /v1/context_cache/{id}``.)"""
+        present = [k for k, hit in zip(keys, self.contains_many(list(keys))) if hit]
+        self._drop(present)
+        return present
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        """A snapshot of the counters."""
+        return self._counts.snapshot()
+
+    def reset_stats(self) -> None:
+        self.flush_stats()  # the shared counters keep what this process counted so far
+        self._counts.reset()
+
+    def _tick(self) -> None:
+        if self._counts.due():
+            self.flush_stats()
+            ok, figures = self._call("read", self.backend.stats) if self.backend else (False, None)
+            log.info("%s", summary(self.stats(), figures if ok else None))
+
+    def flush_stats(self) -> None:
+        """Add what this process counted since the last flush to the backend's shared
+        counters (what ``ragpic store stats`` shows); a no-op without a writable backend."""
+        backend = self.backend
+        if backend is not None and backend.writable:
+            self._counts.flush(lambda delta: self._call("write", backend.add_counters, delta)[0])
+
+    def clear_memory(self) -> None:
+        """Drop the hot tier (the backend keeps its entries; a memory-only store forgets them)."""
+        self._hot.clear()
+        self._catalog.hot_cleared()
+
+    def close(self) -> None:
+        self.flush_stats()
+        self._hot.clear()
+        if self.backend is not None:
+            try:
+                self.backend.close()
+            except Exception as exc:
+                log.debug("KV store close failed: %s", describe(exc))
+
+    def __enter__(self) -> "ChunkStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

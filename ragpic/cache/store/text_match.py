@@ -1,0 +1,69 @@
+"""Find stored chunks in a prompt at a cost that depends on the prompt, not on the store.
+
+Without retrieval hints (every OpenAI client) the engine must find stored chunk texts in the
+prompt. Scanning every stored text costs O(store) per prompt (304 ms and 214 MB of text per
+worker at 100k chunks). Instead each catalogued chunk has an anchor row (see
+:mod:`ragpic.cache.format.anchors`), kept by its backend with the catalog: a prompt is probed
+at every position where a chunk may start (word boundaries, the rule of
+:func:`ragpic.core.matching.on_word_boundaries`), one hash per position, one batched lookup for
+all of them, then each hit is confirmed by a digest of the prompt slice of the chunk's length.
+The texts returned are exact substrings of the prompt, so
+:func:`~ragpic.core.matching.find_chunks` then applies the usual rules to a handful of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from ragpic.cache.format.anchors import ANCHOR, Posting, anchor_hash, starts, text_digest
+
+SHORTS_REFRESH_S = 5.0
+
+Lookup = Callable[[Sequence[str]], dict[str, list[Posting]]]
+
+
+class TextMatcher:
+    """Candidates of one fingerprint's catalog in a prompt.
+
+    Args:
+        lookup: ``anchors -> {anchor: [Posting]}`` (one batched read of the catalog's rows).
+        short_lengths: ``() -> {length}`` of catalogued chunks shorter than the anchor; read
+            at most every :data:`SHORTS_REFRESH_S` (other workers add short chunks too).
+    """
+
+    def __init__(self, lookup: Lookup, short_lengths: Callable[[], set[int]]) -> None:
+        self._lookup, self._read_shorts = lookup, short_lengths
+        self._shorts: tuple[int, ...] = ()
+        self._shorts_at = float("-inf")
+
+    def stale(self) -> None:
+        """Re-read the short lengths on the next call (this process just stored chunks)."""
+        self._shorts_at = float("-inf")
+
+    def _short_lengths(self) -> tuple[int, ...]:
+        if time.monotonic() - self._shorts_at > SHORTS_REFRESH_S:
+            self._shorts = tuple(sorted(self._read_shorts()))
+            self._shorts_at = time.monotonic()
+        return self._shorts
+
+    def candidates(self, prompt: str) -> list[str]:
+        """Catalogued chunk texts that occur in ``prompt`` (each an exact slice of it), in no
+        order. Raises whatever the catalog's medium raises (the store guards the call)."""
+        probes: dict[str, list[int]] = {}
+        lengths = self._short_lengths()
+        n = len(prompt)
+        for i in starts(prompt):
+            if i + ANCHOR <= n:
+                probes.setdefault(anchor_hash(prompt[i:i + ANCHOR]), []).append(i)
+            for length in lengths:
+                if i + length <= n:
+                    probes.setdefault(anchor_hash(prompt[i:i + length]), []).append(i)
+        found: set[str] = set()
+        for anchor, postings in self._lookup(list(probes)).items():
+            for i in probes.get(anchor, ()):
+                for p in postings:
+                    piece = prompt[i:i + p.length]
+                    if len(piece) == p.length and piece not in found and text_digest(piece) == p.digest:
+                        found.add(piece)
+        return list(found)
