@@ -11,6 +11,7 @@ import torch
 from cache_helpers import FP, make_chunk, same_kv
 from ragpic.cache import ChunkStore, open_store
 from ragpic.cache.backends import DiskBackend, KVBackend, MemoryBackend
+from ragpic.cache.format.anchors import posting_of
 from ragpic.cache.format.entry import encode
 from ragpic.cache.backends.disk.folder import entry_path
 
@@ -53,8 +54,21 @@ def test_backends_satisfy_protocol(tmp_path: Path, kind: str) -> None:
     assert backend.get_many([ka, kb]) == [None, b] and not backend.contains(ka)
     assert backend.catalog(FP) == {kb: tb}  # only entries still stored
     assert backend.stats()["entries"] == 1
-    backend.catalog_remove(FP, [kb])
-    assert backend.catalog(FP) == {}
+    assert backend.contains_many([kb, absent, ka]) == [True, False, False]
+    assert backend.catalog_texts(FP, [kb, absent, ka]) == {kb: tb}
+    anchor_b, post_b = posting_of(kb, tb)
+    assert backend.anchor_lookup(FP, [anchor_b, "0" * 16, posting_of(ka, ta)[0]]) == {anchor_b: [post_b]}
+    assert backend.short_lengths(FP) == {len(tb)}  # the test texts are shorter than an anchor
+    assert backend.is_unreachable(TimeoutError()) and not backend.is_unreachable(KeyError("x"))
+    backend.add_counters({"hits": 2})
+    backend.add_counters({"hits": 3})
+    assert backend.counters().get("hits", 0) == (5 if kind == "disk" else 0)  # memory keeps no shared counts
+    backend.drop(FP, [kb])  # entry and catalog row together
+    assert backend.get_many([kb]) == [None] and backend.catalog(FP) == {} and backend.anchor_lookup(FP, [anchor_b]) == {}
+    backend.put_many({ka: a})
+    backend.catalog_add(FP, {ka: ta})
+    backend.catalog_remove(FP, [ka])
+    assert backend.catalog(FP) == {} and backend.contains(ka)  # the row goes, the entry stays
     backend.close()
     declared = {n for n, v in vars(KVBackend).items() if callable(v) and not n.startswith("_")}
     assert declared and declared <= backend.calls, declared - backend.calls  # none left untested
