@@ -127,7 +127,7 @@ def link_ab(lengths: list[int], repeats: int, method: str = "legolink-16") -> li
 
     from ragpic.core.link import link
     from ragpic.core.model import load_model
-    from ragpic.core.ops.slab_pool import SlabPool
+    from ragpic.core.ops.linked_cache import SlabPool
     from ragpic.core.segments import Segment, chunk_segment
     from ragpic.eval.bench import bench_prompt, query_ids
     from ragpic.eval.data import default_haystack, load_haystack

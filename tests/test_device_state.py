@@ -12,13 +12,13 @@ import torch
 from device_checks import BF16_RTOL, bf16_ok, compare_to_reference, converted
 from prompts import compile_texts, linked_prompt
 from ragpic.core import forward, model as model_mod
-from ragpic.core.decode_step import DecodeBuffers
+from ragpic.core.decode import DecodeBuffers
 from ragpic.core.link import link
 from ragpic.core.model import default_dtype, load_kwargs, load_model, resolve_device
 from ragpic.core.ops import attention
 from ragpic.core.ops.attention import additive_mask
 from ragpic.core.ops.device import normalize_device
-from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.ops.linked_cache import SlabPool
 from tiny import saved_tiny_model, tiny_lm
 
 
@@ -66,7 +66,7 @@ def test_cacheblend_builds_step_inputs_twice_and_no_n_by_n_mask_when_sdpa_can_ma
                         lambda *a, **k: calls.append(k.get("causal")) or real_step(*a, **k))
     monkeypatch.setattr(forward, "additive_mask", lambda pos, length, **k: masks.append(pos.numel()) or real_mask(
         pos, length, **k))
-    from ragpic.core import cacheblend
+    from ragpic.core.link import cacheblend
 
     monkeypatch.setattr(cacheblend, "step_inputs", forward.step_inputs)
     cb = link(lm, segs, "cacheblend-30")
@@ -146,7 +146,7 @@ def test_bf16_tolerance_catches_a_wrong_link(monkeypatch):
     ref = tiny_lm("llama", num_hidden_layers=3)
     ref.model.generation_config.eos_token_id = None
     lm = converted(ref, "cpu", torch.bfloat16)
-    from ragpic.core import cache_fill
+    from ragpic.core.link import plan as cache_fill
 
     real = cache_fill.rotate_keys
     monkeypatch.setattr(cache_fill, "rotate_keys", lambda keys, delta, inv_freq, out: out.copy_(keys)

@@ -85,7 +85,7 @@ def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch)
     time, with the same ids (``step`` says so, and the scheduler stops batching)."""
     from ragpic import Config, RagPic
     from ragpic.core.batch import BatchNotHonoured
-    from ragpic.core.ops.slab_pool import SlabPool
+    from ragpic.core.ops.linked_cache import SlabPool
     from ragpic.serve import running
     from ragpic.serve.job import GenJob
 

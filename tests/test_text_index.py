@@ -15,7 +15,7 @@ import pytest
 
 from ragpic.cache.text_index import ANCHOR, TextIndex
 from ragpic.cache.text_index_tables import MemoryTable, RedisTable, SqliteTable
-from ragpic.core.matching import find_chunks
+from ragpic.core.segments import find_chunks
 from redis_server import redis_url  # noqa: F401  (fixture)
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()

@@ -1,40 +1,31 @@
-"""Link: turn ordered segments (cached chunks + uncached text) into a ready KV cache.
+"""What every link starts from: the :class:`Linker` interface, the recompute mask, the checks,
+and the cache with the cached rows written (docs/ARCHITECTURE.md §4.2).
 
-Every method has the same signature, ``link(lm, segments, method, extra_capacity)``, and
-returns the last prompt token's logits plus a :class:`LinkedCache` to decode from:
-
-- ``full``: normal prefill of the concatenated ids (the reference).
-- ``naive``: cached KV re-rotated to its global positions; only uncached text recomputed.
-- ``legolink-k``: also recompute the first ``k`` tokens of every chunk that does not start
-  at position 0 (their attention-sink rows, compiled as a sequence start, are wrong here).
-- ``legolink-0``: chunks compiled behind dummy BOS tokens (recipe ``bos4``); like ``naive``.
-- ``cacheblend-r``: CacheBlend's dynamic selection (see :mod:`ragpic.core.cacheblend`).
-- ``qr-r[-kK]``: ``legolink-K``, then the ``r`` of chunk tokens the question attends to most
-  recomputed with the question again (see :mod:`ragpic.core.query_guided`).
+A link method is a :class:`Linker`: it says which prompt rows it recomputes for given
+segments (:meth:`Linker.recompute`), whether it can run in pieces (``pieces_ok``) and which
+compile recipe its chunks need (``recipe``). The base class is the rule of the *rows* family
+(:mod:`ragpic.core.link.rows`): recompute every uncached row, the first ``k`` rows of every
+chunk that does not start at position 0, and the last row; ``every_row`` (``full``) recomputes
+all of them and reads no cached KV. Methods that choose their rows while they run
+(:mod:`~ragpic.core.link.cacheblend`, :mod:`~ragpic.core.link.query_guided`) run whole
+(:meth:`Linker.run_whole`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import DynamicCache
 
-from ragpic.core.cache_fill import fill_cached_rows, new_cache
-from ragpic.core.cacheblend import cacheblend_link
-from ragpic.core.forward import prefill, recompute_rows
-from ragpic.core.methods import Method, parse_method
+from ragpic.core.kv import device_kv, rotate_keys
+from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
-from ragpic.core.ops.device import to_device
-from ragpic.core.ops.linked_cache import LinkedCache
-from ragpic.core.ops.slab_pool import SlabPool
-from ragpic.core.query_guided import qr_link
-from ragpic.core.segments import Segment, concat_ids, segment_starts
+from ragpic.core.ops.linked_cache import LinkedCache, SlabPool
+from ragpic.core.segments import Segment, segment_starts
 from ragpic.errors import ContextOverflowError, LinkError
 
-__all__ = ["LinkResult", "check_segments", "link", "recompute_mask", "synchronize"]
+__all__ = ["LinkResult", "Linker", "check_segments", "fill_cached_rows", "new_cache", "synchronize"]
 
 
 @dataclass(slots=True)
@@ -56,23 +47,63 @@ class LinkResult:
     seconds: float
 
 
-def recompute_mask(segments: Sequence[Segment], method: Method) -> torch.Tensor:
-    """``(N,)`` bool: which prompt tokens the method recomputes (the last one always)."""
-    parts = []
-    for seg, start in zip(segments, segment_starts(segments)):
-        m = torch.ones(seg.num_tokens, dtype=torch.bool)
-        if seg.is_chunk and method.kind != "full":
-            m[:] = False
-            if method.kind in ("legolink", "qr") and start > 0:  # qr: its first pass
-                m[: method.k] = True
-        parts.append(m)
-    mask = torch.cat(parts)
-    mask[-1] = True  # its logits start the answer
-    return mask
+class Linker:
+    """One link method, parsed once (:func:`ragpic.core.link.linker_for`).
+
+    Attributes:
+        method: the parsed name (``legolink-16``...).
+        every_row: recompute every prompt row, causally, reading no cached KV (``full``).
+        pieces_ok: the recomputed rows can run in pieces, in position order
+            (:class:`ragpic.core.link.ChunkedLink`); False: :meth:`run_whole` runs the link.
+    """
+
+    every_row = False
+    pieces_ok = True
+
+    def __init__(self, method: Method):
+        self.method = method
+
+    @property
+    def name(self) -> str:
+        return self.method.name
+
+    @property
+    def recipe(self) -> str:
+        """The compile recipe the chunks this method links must have."""
+        return self.method.recipe
+
+    def recompute(self, segments: Sequence[Segment]) -> torch.Tensor:
+        """``(N,)`` bool on the CPU: the prompt rows this method recomputes (the last one always)."""
+        parts = []
+        for seg, start in zip(segments, segment_starts(segments)):
+            rows = torch.ones(seg.num_tokens, dtype=torch.bool)
+            if seg.is_chunk and not self.every_row:
+                rows[:] = False
+                if start > 0:  # its first k rows were compiled as a sequence start: wrong here
+                    rows[: self.method.k] = True
+            parts.append(rows)
+        mask = torch.cat(parts)
+        mask[-1] = True  # its logits start the answer
+        return mask
+
+    def layer_rows(self, segments: Sequence[Segment], num_layers: int) -> list[list[tuple[int, float]]]:
+        """Per forward pass, per layer, ``(rows, sum of their (position + 1))``: what the link
+        computes, for counting its FLOPs (``ragpic bench``)."""
+        pos = self.recompute(segments).nonzero().squeeze(1).double() + 1
+        return [[(pos.numel(), float(pos.sum()))] * num_layers]
+
+    def run_whole(self, lm: LoadedModel, segments: Sequence[Segment], ids: torch.Tensor, rec: torch.Tensor,
+                  cache: LinkedCache) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Run the whole link into ``cache`` (its cached rows written); only when not ``pieces_ok``.
+
+        ``ids``: the prompt's ``(N,)`` host ids; ``rec``: :meth:`recompute`'s mask. Returns the last
+        row's ``(V,)`` fp32 logits, the rows recomputed ``(N,)`` (CPU) and the rows forwarded.
+        """
+        raise NotImplementedError(f"{self.name} runs in pieces")
 
 
-def check_segments(lm: LoadedModel, segments: Sequence[Segment], method: Method, extra_capacity: int) -> int:
-    """The prompt's token count, after checking it fits and every chunk's KV suits ``method``."""
+def check_segments(lm: LoadedModel, segments: Sequence[Segment], linker: Linker, extra_capacity: int) -> int:
+    """The prompt's token count, after checking it fits and every chunk's KV suits ``linker``."""
     n = sum(s.num_tokens for s in segments)
     if n == 0:
         raise LinkError("the prompt is empty: nothing to link")
@@ -90,10 +121,10 @@ def check_segments(lm: LoadedModel, segments: Sequence[Segment], method: Method,
                 f"segment {i} holds KV compiled by another model ({seg.kv.fingerprint}, this model is "
                 f"{lm.fingerprint}): recompile the chunk with this model"
             )
-        if method.kind != "full" and seg.kv.recipe != method.recipe:
+        if not linker.every_row and seg.kv.recipe != linker.recipe:
             raise LinkError(
-                f"segment {i} was compiled with recipe {seg.kv.recipe!r} but {method.name} needs "
-                f"{method.recipe!r}: compile the chunk for this method"
+                f"segment {i} was compiled with recipe {seg.kv.recipe!r} but {linker.name} needs "
+                f"{linker.recipe!r}: compile the chunk for this method"
             )
     return n
 
@@ -104,56 +135,25 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _full(lm: LoadedModel, ids: torch.Tensor, capacity: int,
-          pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
-    n = ids.numel()
-    dyn = DynamicCache()
-    logits = prefill(lm.model, ids[None], torch.arange(n, device=lm.device)[None], dyn)
-    cache = new_cache(lm, capacity, pool)
-    for layer, slab_k, slab_v in zip(dyn.layers, cache.key_slab, cache.value_slab):
-        slab_k[:, :, :n] = layer.keys
-        slab_v[:, :, :n] = layer.values
-    return logits[0, -1].float(), cache
+def new_cache(lm: LoadedModel, capacity: int, pool: SlabPool | None = None) -> LinkedCache:
+    """An empty cache for ``capacity`` rows, on a pool's idle memory when one is given."""
+    if pool is not None:
+        return pool.cache(lm.num_layers, lm.num_kv_heads, lm.head_dim, capacity, dtype=lm.dtype, device=lm.device)
+    return LinkedCache(lm.num_layers, lm.num_kv_heads, lm.head_dim, capacity, dtype=lm.dtype, device=lm.device)
 
 
-def _partial(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], rec: torch.Tensor,
-             capacity: int, pool: SlabPool | None) -> tuple[torch.Tensor, LinkedCache]:
-    """``ids`` and ``rec`` are host tensors: only the recomputed rows' ids and positions move."""
-    cache = new_cache(lm, capacity, pool)
-    fill_cached_rows(lm, cache, segments)
-    return recompute_rows(lm, cache, ids, rec.nonzero().squeeze(1), ids.numel()), cache
+def fill_cached_rows(lm: LoadedModel, cache: LinkedCache, segments: Sequence[Segment]) -> None:
+    """Write each chunk's KV at its rows, keys re-rotated from compile to global positions.
 
-
-@torch.inference_mode()
-def link(lm: LoadedModel, segments: Sequence[Segment], method: str | Method = "legolink-16",
-         *, extra_capacity: int = 0, pool: SlabPool | None = None) -> LinkResult:
-    """Build the prompt's KV with ``method`` and return the last token's logits.
-
-    Args:
-        segments: the prompt in order; chunk segments carry compiled KV from this model.
-        extra_capacity: rows to reserve after the prompt for decoding.
-        pool: take the cache's memory from this pool (hand it back with ``pool.release``).
-    Raises:
-        LinkError: empty prompt, KV of another model, or wrong compile recipe;
-            :class:`ContextOverflowError` (a ``LinkError``) when it does not fit.
+    A chunk at global start ``s`` compiled at base position ``b`` is rotated by ``s - b``
+    (exact: RoPE rotations compose; an int, so no device tensor is made for it); rows of
+    text segments are left for the forward to write. Casts to the model dtype happen in the
+    writes into the cache, on the device.
     """
-    method = parse_method(method)
-    n = check_segments(lm, segments, method, extra_capacity)
-    ids = concat_ids(segments)  # host: link moves only what a kernel reads
-    rec = recompute_mask(segments, method)
-    synchronize(lm.device)
-    t0 = time.perf_counter()
-    if method.kind == "full":
-        logits, cache = _full(lm, to_device(ids, lm.device), n + extra_capacity, pool)
-    elif method.kind == "cacheblend":
-        logits, cache, rec = cacheblend_link(lm, to_device(ids, lm.device), segments, rec, method.ratio,
-                                             n + extra_capacity, pool)
-    elif method.kind == "qr":
-        logits, cache, rec, forwarded = qr_link(lm, ids, segments, method, rec, n + extra_capacity, pool)
-    else:
-        logits, cache = _partial(lm, ids, segments, rec, n + extra_capacity, pool)
-    cache.length = n
-    synchronize(lm.device)
-    return LinkResult(logits=logits, cache=cache, num_tokens=n,
-                      recomputed=forwarded if method.kind == "qr" else int(rec.sum()),
-                      seconds=time.perf_counter() - t0)
+    for seg, start in zip(segments, segment_starts(segments)):
+        if seg.kv is None:
+            continue
+        keys, values = device_kv(seg.kv, lm.device)
+        key_rows, value_rows = cache.rows(start, seg.kv.num_tokens)
+        rotate_keys(keys, int(start - seg.kv.base_position), lm.inv_freq, out=key_rows)
+        value_rows.copy_(values)
