@@ -20,6 +20,7 @@ code written against the builtins keeps working. This module imports nothing.
 from __future__ import annotations
 
 __all__ = [
+    "BatchNotHonoured",
     "ChunkError",
     "ConfigError",
     "ContextOverflowError",
@@ -75,3 +76,10 @@ class ForeignEntry(StoreError, ValueError):
 
 class GenerationTimeout(RagPicError, TimeoutError):
     """A call ran past its ``timeout`` (seconds); text already streamed stays with the caller."""
+
+
+class BatchNotHonoured(RuntimeError):
+    """A batched decode step's attention ignored its per-row plan (its logits are wrong; the
+    caches' new rows are rewritten by the next forward at the same positions, so stepping the
+    requests one at a time afterwards is safe). Raised by ``ragpic.core.batch``; the server
+    catches it and stops batching."""

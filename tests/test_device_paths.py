@@ -12,7 +12,6 @@ import torch
 
 from device_checks import host_reads, reference_attention, transposed_layout_sdpa
 from prompts import compile_texts, linked_prompt
-from ragpic.core import model as model_mod
 from ragpic.core.kv import device_kv
 from ragpic.core.decode import Sampling, decode_tokens
 from ragpic.core.kv import ChunkKV
@@ -105,8 +104,8 @@ def test_link_with_folded_heads_and_transposed_outputs_equals_link_on_the_cpu_pa
         return res.logits, list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, sampling))
 
     expected = {m: run(m) for m in ("full", "legolink-2", "legolink-1000", "cacheblend-30")}
-    real_plan = model_mod.plan_bands
-    monkeypatch.setattr(model_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
+    real_plan = sdpa_mod.plan_bands
+    monkeypatch.setattr(sdpa_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
         bands, mask, groups=groups, fold=True))
     sdpa = transposed_layout_sdpa(torch.nn.functional.scaled_dot_product_attention)
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)  # transformers' too
@@ -198,11 +197,11 @@ def test_int8_kv_dequantized_at_link_equals_the_store_decoding():
 
 # ----------------------------------------------------------------------------- host reads
 EXPECTED_READS = {  # per method: the host reads of one link, each of a host tensor by construction
-    "full": {"link.py:link": 1},
-    "naive": {"link.py:link": 1, "device.py:host_ints": 1},
-    "legolink-2": {"link.py:link": 1, "device.py:host_ints": 1},
-    "cacheblend-30": {"link.py:link": 1, "device.py:host_ints": 1, "cacheblend.py:select_tokens": 1,
-                      "cacheblend.py:cacheblend_link": 1},  # the selection read back once, for its bands
+    "full": {"pieces.py:advance": 1},
+    "naive": {"pieces.py:advance": 1, "device.py:host_ints": 1},
+    "legolink-2": {"pieces.py:advance": 1, "device.py:host_ints": 1},
+    "cacheblend-30": {"cacheblend.py:run_whole": 1, "device.py:host_ints": 1, "cacheblend.py:select_tokens": 1,
+                      "cacheblend.py:cacheblend_rows": 1},  # the selection read back once, for its bands
 }
 
 

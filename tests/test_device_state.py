@@ -11,7 +11,7 @@ import torch
 
 from device_checks import BF16_RTOL, bf16_ok, compare_to_reference, converted
 from prompts import compile_texts, linked_prompt
-from ragpic.core import forward, model as model_mod
+from ragpic.core import forward
 from ragpic.core.decode import DecodeBuffers
 from ragpic.core.link import link
 from ragpic.core.model import default_dtype, load_kwargs, load_model, resolve_device
@@ -49,7 +49,7 @@ def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch):
     monkeypatch.setattr(forward, "additive_mask", lambda *a, **k: built.append(1) or real_mask(*a, **k))
     tokens = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=4)))
     assert len(tokens) == 4 and len(seen) == 3 and built == []
-    assert all("ragpic_bands" not in kw and kw["attention_mask"].shape[-2] == 1 for kw in seen)
+    assert all(step.plan is None and step.mask.shape[-2] == 1 for step in seen)
 
 
 # ----------------------------------------------------------------------------- CacheBlend
@@ -160,8 +160,8 @@ def test_bf16_with_folded_heads_matches_fp32(monkeypatch):
     ref = tiny_lm("qwen2", num_hidden_layers=3)
     ref.model.generation_config.eos_token_id = None
     lm = converted(ref, "cpu", torch.bfloat16)
-    real_plan = model_mod.plan_bands
-    monkeypatch.setattr(model_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
+    real_plan = attention.plan_bands
+    monkeypatch.setattr(attention, "plan_bands", lambda bands, mask, groups, fold: real_plan(
         bands, mask, groups=groups, fold=True))
     monkeypatch.setattr(attention, "CALL_COST", 0)  # many bands, several of them folded and masked
     rows = compare_to_reference(lm, ref, methods=("legolink-2", "naive", "cacheblend-30"))

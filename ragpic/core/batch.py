@@ -23,16 +23,12 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from ragpic.core.forward import cache_kwarg
-from ragpic.core.ops.attention import grouped_sdpa, uses_banded_attention
 from ragpic.core.model import LoadedModel
+from ragpic.core.ops.attention import grouped_sdpa, uses_banded_attention
 from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.errors import BatchNotHonoured  # defined there, importable from here as before
 
 __all__ = ["BatchNotHonoured", "BatchedCache", "batched_decode_step", "supports_batching"]
-
-
-class BatchNotHonoured(RuntimeError):
-    """The model's attention ignored the per-row plan (its logits are wrong; the caches' new
-    rows are rewritten by the next forward at the same positions, so stepping alone is safe)."""
 
 
 class _BatchLayer(CacheLayerMixin):
