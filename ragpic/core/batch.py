@@ -158,7 +158,7 @@ def head_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 
     A bias-free linear head is applied as ``W @ hidden^T``: the ``(V, hidden)`` weight is then
     read row-major once for all B rows, where ``nn.Linear``'s ``hidden @ W^T`` makes the CPU BLAS
-    pack it first (about twice the time for SmolLM2's 113 MB head at B = 8; docs/RESULTS.md).
+    pack it first, a cost paid again for every step (``benchmarks/bench_batch_decode.py`` times it).
     Any other head (a bias, logit soft-capping) runs as the model defines it.
     """
     head = model.get_output_embeddings()

@@ -118,7 +118,7 @@ class LinkedCache(Cache):
 # ----------------------------------------------------------------------------- the pool
 # A linked cache is large (2 x 94 MB for SmolLM2 at 4k tokens in fp32) and written once per
 # request. On the CPU a fresh allocation of that size comes straight from the kernel, which
-# zero-fills every page on first touch: a measurable share of a LegoLink link (docs/RESULTS.md).
+# zero-fills every page on first touch: a measurable share of a LegoLink link (docs/RESULTS.md §3).
 # Serving systems preallocate their KV memory for this reason; the pool does the same lazily:
 # the engine hands a cache back when its generation ends and the next link writes into the
 # same pages. On CUDA a released cache may still be read by kernels queued on some stream, and
