@@ -36,7 +36,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ragpic.core.ops.attention import additive_mask, banded_sdpa, plan_bands, query_bands
+from ragpic.core.ops.attention import banded_sdpa, plan_bands, query_bands
+from ragpic.core.forward import additive_mask
 from ragpic.core.ops.key_blocks import key_block_sdpa, plan_key_blocks
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64

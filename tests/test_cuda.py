@@ -20,7 +20,8 @@ from ragpic.core.decode import Sampling, decode_tokens
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import link
 from ragpic.core.model import load_model
-from ragpic.core.ops.attention import additive_mask, banded_sdpa, grouped_sdpa, plan_bands, query_bands
+from ragpic.core.ops.attention import banded_sdpa, grouped_sdpa, plan_bands, query_bands
+from ragpic.core.forward import additive_mask
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import SlabPool
 from tiny import saved_tiny_model, tiny_lm

@@ -12,17 +12,15 @@ import torch
 
 from device_checks import host_reads, reference_attention, transposed_layout_sdpa
 from prompts import compile_texts, linked_prompt
-from ragpic.core.kv import device_kv
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.kv import ChunkKV
+from ragpic.core.forward import additive_mask
+from ragpic.core.kv import ChunkKV, dequantize_int8, device_kv, rotate_keys
 from ragpic.core.link import link
 from ragpic.core.ops import attention
 from ragpic.core.ops import attention as sdpa_mod
-from ragpic.core.ops.attention import (GPU_CALL_COST, additive_mask, banded_sdpa, call_cost_for, grouped_sdpa,
+from ragpic.core.ops.attention import (GPU_CALL_COST, banded_sdpa, call_cost_for, grouped_sdpa,
                                        plan_bands, query_bands)
 from ragpic.core.ops.device import host_ints, to_device
-from ragpic.core.kv import dequantize_int8
-from ragpic.core.kv import rotate_keys
 from tiny import tiny_lm
 
 # (heads, kv_heads, rows, keys, head_dim): GQA groups of 3 and 4, MQA, a single row, no GQA

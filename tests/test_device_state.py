@@ -16,7 +16,7 @@ from ragpic.core.decode import DecodeBuffers
 from ragpic.core.link import link
 from ragpic.core.model import default_dtype, load_kwargs, load_model, resolve_device
 from ragpic.core.ops import attention
-from ragpic.core.ops.attention import additive_mask
+from ragpic.core.forward import additive_mask
 from ragpic.core.ops.device import normalize_device
 from ragpic.core.ops.linked_cache import SlabPool
 from tiny import saved_tiny_model, tiny_lm

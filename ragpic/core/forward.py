@@ -19,12 +19,12 @@ import torch
 from transformers.cache_utils import Cache
 
 from ragpic.core.model import LoadedModel
-from ragpic.core.ops.attention import AttentionPlan, additive_mask, causal_kernel_ok, plan_attention
+from ragpic.core.ops.attention import AttentionPlan, causal_kernel_ok, plan_attention
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 
-__all__ = ["Step", "cache_kwarg", "forward_rows", "layer_forward", "prefill", "recompute_rows", "run_step",
+__all__ = ["Step", "additive_mask", "cache_kwarg", "forward_rows", "layer_forward", "prefill", "recompute_rows", "run_step",
            "step_inputs"]
 
 
@@ -156,3 +156,21 @@ def layer_forward(layer: torch.nn.Module, hidden: torch.Tensor, position_embeddi
     """
     out = layer(hidden, position_embeddings=position_embeddings, **{cache_kwarg(layer): cache}, **step.kwargs())
     return out[0] if isinstance(out, tuple) else out
+
+
+def additive_mask(query_positions: torch.Tensor, kv_length: int, *, dtype: torch.dtype,
+                  sliding_window: int | None = None) -> torch.Tensor:
+    """``(1, 1, R, kv_length)`` additive mask: query at position ``p`` sees keys ``t <= p``.
+
+    Additive (0 / finfo.min) rather than boolean: a boolean mask is wrong under ``eager``
+    attention, an additive one is right for both ``eager`` and ``sdpa``. With a sliding
+    window ``w`` the query also stops seeing keys ``t <= p - w``, as Mistral does.
+    """
+    t = torch.arange(kv_length, device=query_positions.device)
+    p = query_positions[:, None]
+    allowed = t[None, :] <= p
+    if sliding_window is not None:
+        allowed &= t[None, :] > p - sliding_window
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=query_positions.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]

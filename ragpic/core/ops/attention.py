@@ -1,13 +1,10 @@
 """Banded link attention: exact SDPA for a few query rows over a long cache.
 
-At link time the R recomputed tokens are a few short runs (each chunk's first k tokens,
-glue, the query) spread over an N-token prompt, and a token at position ``p`` sees keys
-``[0, p]`` only. transformers' SDPA path runs one masked ``R x N`` attention over every key
-and, because a mask is given, first copies K and V once per query head (``repeat_kv``).
-Here the rows are cut into *bands* that share a visible key range and each band attends
-only to that range, reading K and V in place for every query head that shares them. Same
-scores, same mask values, same softmax: at 4k tokens with 8 chunks it does ~40% fewer
-attention FLOPs and copies no K/V.
+The R recomputed tokens of a link are a few short runs spread over an N-token prompt, and a
+token at position ``p`` sees keys ``[0, p]`` only. transformers' SDPA runs one masked ``R x N``
+attention and, because a mask is given, first copies K and V per query head. Here the rows are
+cut into *bands* that share a visible key range; each band attends only to that range, reading
+K and V in place (same scores, same softmax; ~40% fewer attention FLOPs at 4k tokens).
 
 :func:`plan_attention` builds a forward's *attention plan* once (every layer reads it): a
 :class:`BandPlan`, or on the CPU in fp32 a :class:`~ragpic.core.ops.key_blocks.KeyBlockPlan`
@@ -190,24 +187,6 @@ def uses_banded_attention(model: torch.nn.Module) -> bool:
     """Whether ``model`` runs :func:`banded_sdpa` now: read from its live attention setting,
     so a user who switches the model back to ``sdpa`` gets the one-masked-call path at once."""
     return getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME
-
-
-def additive_mask(query_positions: torch.Tensor, kv_length: int, *, dtype: torch.dtype,
-                  sliding_window: int | None = None) -> torch.Tensor:
-    """``(1, 1, R, kv_length)`` additive mask: query at position ``p`` sees keys ``t <= p``.
-
-    Additive (0 / finfo.min) rather than boolean: a boolean mask is wrong under ``eager``
-    attention, an additive one is right for both ``eager`` and ``sdpa``. With a sliding
-    window ``w`` the query also stops seeing keys ``t <= p - w``, as Mistral does.
-    """
-    t = torch.arange(kv_length, device=query_positions.device)
-    p = query_positions[:, None]
-    allowed = t[None, :] <= p
-    if sliding_window is not None:
-        allowed &= t[None, :] > p - sliding_window
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=query_positions.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
 
 
 def fold_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
