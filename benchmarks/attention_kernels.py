@@ -36,7 +36,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ragpic.core.ops.attention import additive_mask, banded_sdpa, plan_bands, query_bands
+from ragpic.core.ops.attention import banded_sdpa, plan_bands, query_bands
+from ragpic.core.forward import additive_mask
 from ragpic.core.ops.key_blocks import key_block_sdpa, plan_key_blocks
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
@@ -127,7 +128,7 @@ def link_ab(lengths: list[int], repeats: int, method: str = "legolink-16") -> li
 
     from ragpic.core.link import link
     from ragpic.core.model import load_model
-    from ragpic.core.ops.slab_pool import SlabPool
+    from ragpic.core.ops.linked_cache import SlabPool
     from ragpic.core.segments import Segment, chunk_segment
     from ragpic.eval.bench import bench_prompt, query_ids
     from ragpic.eval.data import default_haystack, load_haystack

@@ -17,8 +17,8 @@ import time
 import torch
 
 from ragpic.core.batch import batched_decode_step
-from ragpic.core.cache_fill import new_cache
-from ragpic.core.decode_step import DecodeBuffers
+from ragpic.core.link.plan import new_cache
+from ragpic.core.decode import DecodeBuffers
 from ragpic.core.model import load_model
 
 

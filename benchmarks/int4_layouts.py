@@ -23,7 +23,7 @@ import torch
 from ragpic.cache.format.int4 import _codes
 from ragpic.core.kv import ChunkKV
 from ragpic.core.model import LoadedModel, load_model
-from ragpic.core.ops.rope import rotate_keys
+from ragpic.core.kv import rotate_keys
 from ragpic.eval.data import GLUE, QA_INSTRUCTION, default_dataset, load_qa, qa_chunk_ids, template_parts
 from ragpic.eval.evaluate import question_scores, run_method
 from ragpic.eval.variants import build_segments, compile_for, store_round_trip

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 __all__ = [
     "BadRequest",
+    "BatchNotHonoured",
     "ChunkError",
     "ConfigError",
     "ContextOverflowError",
@@ -127,3 +128,10 @@ class BadRequest(RagPicError):
 
 class QueueFull(RagPicError):
     """The server's wait queue holds ``max_queue`` requests already."""
+
+
+class BatchNotHonoured(RagPicError, RuntimeError):
+    """A batched decode step's attention ignored its per-row plan (its logits are wrong; the
+    caches' new rows are rewritten by the next forward at the same positions, so stepping the
+    requests one at a time afterwards is safe). Raised by ``ragpic.core.batch``; the server
+    catches it and stops batching."""

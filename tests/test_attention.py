@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from ragpic.core.ops import attention
-from ragpic.core.ops import sdpa as sdpa_mod
+from ragpic.core.ops import attention as sdpa_mod
 from ragpic.core.ops.attention import banded_sdpa, grouped_sdpa, query_bands
-from ragpic.core.ops.attention import additive_mask
+from ragpic.core.forward import additive_mask
 from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
-from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.ops.linked_cache import SlabPool
 from prompts import prompt_with
 from tiny import tiny_lm
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragpic.core.chunked_link import ChunkedLink
+from ragpic.core.link import ChunkedLink
 from ragpic.core.link import link
 from prompts import compile_texts, linked_prompt
 from tiny import tiny_lm

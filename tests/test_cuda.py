@@ -15,14 +15,15 @@ import torch
 
 from device_checks import (BF16_RTOL, bf16_ok, compare_to_reference, converted, method_prompts,
                            reference_attention, report)
-from ragpic.core.cache_fill import device_kv
+from ragpic.core.kv import device_kv
 from ragpic.core.decode import Sampling, decode_tokens
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import link
 from ragpic.core.model import load_model
-from ragpic.core.ops.attention import additive_mask, banded_sdpa, grouped_sdpa, plan_bands, query_bands
+from ragpic.core.ops.attention import banded_sdpa, grouped_sdpa, plan_bands, query_bands
+from ragpic.core.forward import additive_mask
 from ragpic.core.ops.device import to_device
-from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.ops.linked_cache import SlabPool
 from tiny import saved_tiny_model, tiny_lm
 
 DEVICE = os.environ.get("RAGPIC_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else None)
@@ -154,7 +155,7 @@ def test_pool_reuses_cuda_memory_across_device_spellings_after_its_event():
 
 def test_int8_kv_dequantized_on_the_device_equals_the_store():
     """int8 + scales cross to the device; the values equal the store's CPU decode."""
-    from ragpic.core.ops.quant import dequantize_int8, quantize_int8
+    from ragpic.core.kv import dequantize_int8, quantize_int8
 
     x = torch.randn(3, 2, 40, 64) * 4
     (qk, sk), (qv, sv) = quantize_int8(x), quantize_int8(x * 0.5)

@@ -12,18 +12,15 @@ import torch
 
 from device_checks import host_reads, reference_attention, transposed_layout_sdpa
 from prompts import compile_texts, linked_prompt
-from ragpic.core import model as model_mod
-from ragpic.core.cache_fill import device_kv
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.kv import ChunkKV
+from ragpic.core.forward import additive_mask
+from ragpic.core.kv import ChunkKV, dequantize_int8, device_kv, rotate_keys
 from ragpic.core.link import link
 from ragpic.core.ops import attention
-from ragpic.core.ops import sdpa as sdpa_mod
-from ragpic.core.ops.attention import (GPU_CALL_COST, additive_mask, banded_sdpa, call_cost_for, grouped_sdpa,
+from ragpic.core.ops import attention as sdpa_mod
+from ragpic.core.ops.attention import (GPU_CALL_COST, banded_sdpa, call_cost_for, grouped_sdpa,
                                        plan_bands, query_bands)
 from ragpic.core.ops.device import host_ints, to_device
-from ragpic.core.ops.quant import dequantize_int8
-from ragpic.core.ops.rope import rotate_keys
 from tiny import tiny_lm
 
 # (heads, kv_heads, rows, keys, head_dim): GQA groups of 3 and 4, MQA, a single row, no GQA
@@ -106,8 +103,8 @@ def test_link_with_folded_heads_and_transposed_outputs_equals_link_on_the_cpu_pa
         return res.logits, list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, sampling))
 
     expected = {m: run(m) for m in ("full", "legolink-2", "legolink-1000", "cacheblend-30")}
-    real_plan = model_mod.plan_bands
-    monkeypatch.setattr(model_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
+    real_plan = sdpa_mod.plan_bands
+    monkeypatch.setattr(sdpa_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
         bands, mask, groups=groups, fold=True))
     sdpa = transposed_layout_sdpa(torch.nn.functional.scaled_dot_product_attention)
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)  # transformers' too
@@ -167,7 +164,7 @@ def test_int_delta_fast_path_equals_per_token_shifts():
 # ----------------------------------------------------------------------------- int8 on the device
 def _int8_copy(kv: ChunkKV) -> tuple[ChunkKV, ChunkKV]:
     """(int8 KV with scales, the same KV dequantized on the host) for one chunk."""
-    from ragpic.core.ops.quant import quantize_int8
+    from ragpic.core.kv import quantize_int8
 
     (qk, sk), (qv, sv) = quantize_int8(kv.keys), quantize_int8(kv.values)
     q = ChunkKV(kv.token_ids, qk, qv, kv.base_position, kv.fingerprint, kv.recipe,
@@ -199,11 +196,11 @@ def test_int8_kv_dequantized_at_link_equals_the_store_decoding():
 
 # ----------------------------------------------------------------------------- host reads
 EXPECTED_READS = {  # per method: the host reads of one link, each of a host tensor by construction
-    "full": {"link.py:link": 1},
-    "naive": {"link.py:link": 1, "device.py:host_ints": 1},
-    "legolink-2": {"link.py:link": 1, "device.py:host_ints": 1},
-    "cacheblend-30": {"link.py:link": 1, "device.py:host_ints": 1, "cacheblend.py:select_tokens": 1,
-                      "cacheblend.py:cacheblend_link": 1},  # the selection read back once, for its bands
+    "full": {"pieces.py:advance": 1},
+    "naive": {"pieces.py:advance": 1, "device.py:host_ints": 1},
+    "legolink-2": {"pieces.py:advance": 1, "device.py:host_ints": 1},
+    "cacheblend-30": {"cacheblend.py:run_whole": 1, "device.py:host_ints": 1, "cacheblend.py:select_tokens": 1,
+                      "cacheblend.py:cacheblend_rows": 1},  # the selection read back once, for its bands
 }
 
 

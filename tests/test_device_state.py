@@ -11,14 +11,14 @@ import torch
 
 from device_checks import BF16_RTOL, bf16_ok, compare_to_reference, converted
 from prompts import compile_texts, linked_prompt
-from ragpic.core import forward, model as model_mod
-from ragpic.core.decode_step import DecodeBuffers
+from ragpic.core import forward
+from ragpic.core.decode import DecodeBuffers
 from ragpic.core.link import link
 from ragpic.core.model import default_dtype, load_kwargs, load_model, resolve_device
 from ragpic.core.ops import attention
-from ragpic.core.ops.attention import additive_mask
+from ragpic.core.forward import additive_mask
 from ragpic.core.ops.device import normalize_device
-from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.ops.linked_cache import SlabPool
 from tiny import saved_tiny_model, tiny_lm
 
 
@@ -49,7 +49,7 @@ def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch):
     monkeypatch.setattr(forward, "additive_mask", lambda *a, **k: built.append(1) or real_mask(*a, **k))
     tokens = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=4)))
     assert len(tokens) == 4 and len(seen) == 3 and built == []
-    assert all("ragpic_bands" not in kw and kw["attention_mask"].shape[-2] == 1 for kw in seen)
+    assert all(step.plan is None and step.mask.shape[-2] == 1 for step in seen)
 
 
 # ----------------------------------------------------------------------------- CacheBlend
@@ -66,7 +66,7 @@ def test_cacheblend_builds_step_inputs_twice_and_no_n_by_n_mask_when_sdpa_can_ma
                         lambda *a, **k: calls.append(k.get("causal")) or real_step(*a, **k))
     monkeypatch.setattr(forward, "additive_mask", lambda pos, length, **k: masks.append(pos.numel()) or real_mask(
         pos, length, **k))
-    from ragpic.core import cacheblend
+    from ragpic.core.link import cacheblend
 
     monkeypatch.setattr(cacheblend, "step_inputs", forward.step_inputs)
     cb = link(lm, segs, "cacheblend-30")
@@ -146,7 +146,7 @@ def test_bf16_tolerance_catches_a_wrong_link(monkeypatch):
     ref = tiny_lm("llama", num_hidden_layers=3)
     ref.model.generation_config.eos_token_id = None
     lm = converted(ref, "cpu", torch.bfloat16)
-    from ragpic.core import cache_fill
+    from ragpic.core.link import plan as cache_fill
 
     real = cache_fill.rotate_keys
     monkeypatch.setattr(cache_fill, "rotate_keys", lambda keys, delta, inv_freq, out: out.copy_(keys)
@@ -160,8 +160,8 @@ def test_bf16_with_folded_heads_matches_fp32(monkeypatch):
     ref = tiny_lm("qwen2", num_hidden_layers=3)
     ref.model.generation_config.eos_token_id = None
     lm = converted(ref, "cpu", torch.bfloat16)
-    real_plan = model_mod.plan_bands
-    monkeypatch.setattr(model_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
+    real_plan = attention.plan_bands
+    monkeypatch.setattr(attention, "plan_bands", lambda bands, mask, groups, fold: real_plan(
         bands, mask, groups=groups, fold=True))
     monkeypatch.setattr(attention, "CALL_COST", 0)  # many bands, several of them folded and masked
     rows = compare_to_reference(lm, ref, methods=("legolink-2", "naive", "cacheblend-30"))

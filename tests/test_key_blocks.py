@@ -10,7 +10,8 @@ import torch
 
 from ragpic.core.link import link
 from ragpic.core.ops import key_blocks
-from ragpic.core.ops.attention import BandPlan, additive_mask, banded_sdpa, query_bands
+from ragpic.core.ops.attention import BandPlan, banded_sdpa, query_bands
+from ragpic.core.forward import additive_mask
 from ragpic.core.ops.key_blocks import KeyBlockPlan, plan_key_blocks
 from prompts import prompt_with
 from test_attention import POSITIONS, _qkv, _reference

@@ -23,10 +23,20 @@ ALLOWED = {
     "ragpic.checks": ("ragpic.errors",),
     "ragpic.core.ops": ("ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.methods": ("ragpic.errors",),
+    # below the link (docs/ARCHITECTURE.md §2): chunk KV and segments, the model record, the
+    # forward step and decode never import ragpic.core.link
+    "ragpic.core.kv": ("ragpic.core.methods", "ragpic.core.ops", "ragpic.errors"),
+    "ragpic.core.segments": ("ragpic.core.kv", "ragpic.errors"),
+    "ragpic.core.model": ("ragpic.core.default_model", "ragpic.core.fingerprint", "ragpic.core.gguf", "ragpic.core.ops",
+                          "ragpic.errors"),
+    "ragpic.core.forward": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
+    "ragpic.core.decode": ("ragpic.core.forward", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks",
+                           "ragpic.errors"),
+    "ragpic.core.link": ("ragpic.core", "ragpic.errors"),
     "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.config"),
     "ragpic.config": ("ragpic.core.methods", "ragpic.errors", "ragpic.checks"),
     # inside the cache, layers flow tools -> store -> backends -> format (ARCHITECTURE §2)
-    "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.kv", "ragpic.core.methods", "ragpic.core.ops.quant",
+    "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.kv", "ragpic.core.methods",
                             "ragpic.errors"),
     "ragpic.cache.backends": ("ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
     "ragpic.cache.store": ("ragpic.cache.store", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.core.kv",

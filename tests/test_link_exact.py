@@ -7,7 +7,7 @@ import torch
 
 from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
-from ragpic.core.ops.rope import rotate_keys
+from ragpic.core.kv import rotate_keys
 from ragpic.core.segments import Segment, chunk_segment, text_segment
 from prompts import CHUNKS, compile_texts, linked_prompt
 from tiny import tiny_lm

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragpic.core.cache_fill import new_cache
-from ragpic.core.chunked_link import ChunkedLink
+from ragpic.core.link.plan import new_cache
+from ragpic.core.link import ChunkedLink
 from ragpic.core.forward import recompute_rows
 from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
 from ragpic.core.ops.attention_probe import AttentionProbe
-from ragpic.core.query_guided import chunk_spans, select_spans, trailing_text_rows
+from ragpic.core.link.query_guided import chunk_spans, select_spans, trailing_text_rows
 from ragpic.errors import LinkError
 from prompts import compile_texts, linked_prompt
 from tiny import tiny_lm

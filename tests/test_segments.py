@@ -1,6 +1,6 @@
 """Finding cached chunks' exact text in a prompt."""
 
-from ragpic.core.matching import find_chunks, split_prompt
+from ragpic.core.segments import find_chunks, split_prompt
 
 
 def test_finds_repeated_reordered_and_overlapping_chunks():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ragpic.core.compile import compile_chunks
-from ragpic.core.decode import Sampling, decode_tokens
+from ragpic.core.decode import Sampling, decode_tokens, eos_token_ids
 from ragpic.core.link import link
 from ragpic.core.segments import chunk_segment, text_segment
 
@@ -57,6 +57,6 @@ def test_greedy_decode_from_full_link_equals_hf_generate(smol, musique):
     ours = list(decode_tokens(smol, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=24)))
     ref = smol.model.generate(ids[None], attention_mask=torch.ones_like(ids)[None], max_new_tokens=24,
                               do_sample=False)[0, ids.numel():].tolist()
-    eos = set(smol.eos_token_ids)
+    eos = set(eos_token_ids(smol))
     ref = ref[: next((i for i, t in enumerate(ref) if t in eos), len(ref))]
     assert ours == ref and len(ours) > 0

@@ -19,7 +19,7 @@ from ragpic.cache.backends import DiskBackend, KVBackend, MemoryBackend
 from ragpic.cache.format.anchors import ANCHOR
 from ragpic.cache.store import ChunkStore
 from ragpic.cache.store.text_match import TextMatcher
-from ragpic.core.matching import find_chunks
+from ragpic.core.segments import find_chunks
 from redis_server import redis_url  # noqa: F401  (fixture)
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()

@@ -3,10 +3,13 @@
 Continuous batching (``ragpic serve``) keeps every active request's :class:`LinkedCache`
 as link left it and, each step, feeds their next tokens through the model together. The
 linear layers then read each weight once for ``B`` tokens (decode is memory-bound, so that is
-most of the saving); attention runs per row over its own cache
-(:mod:`ragpic.core.ops.batched_attention`). :class:`BatchedCache` is the transformers
-``Cache`` the forward writes through: row ``b``'s new K/V go to row ``positions[b]`` of
-request ``b``'s cache, and attention reads rows ``[0, positions[b]]`` of that cache.
+most of the saving). Attention cannot be batched the same way without padding, because each
+request's prompt has its own length; it is also the cheap part of a decode step. So each row
+``b`` runs its own SDPA over rows ``[key_start_b, positions[b]]`` of its own linked cache, read
+in place (no copy, no padding). :class:`BatchedCache` is both the transformers ``Cache`` the
+forward writes through (row ``b``'s new K/V go to row ``positions[b]`` of request ``b``'s
+cache) and the step's attention plan (:meth:`BatchedCache.attend`, which ragpic's attention
+function calls).
 
 Only models running ragpic's attention (``ragpic_sdpa``) can consume the per-row plan;
 :func:`supports_batching` says so, and the caller steps other models one request at a time.
@@ -21,14 +24,11 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from ragpic.core.forward import cache_kwarg
 from ragpic.core.model import LoadedModel
+from ragpic.core.ops.attention import grouped_sdpa, uses_banded_attention
 from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.errors import BatchNotHonoured  # defined there, importable from here as before
 
 __all__ = ["BatchNotHonoured", "BatchedCache", "batched_decode_step", "supports_batching"]
-
-
-class BatchNotHonoured(RuntimeError):
-    """The model's attention ignored the per-row plan (its logits are wrong; the caches' new
-    rows are rewritten by the next forward at the same positions, so stepping alone is safe)."""
 
 
 class _BatchLayer(CacheLayerMixin):
@@ -80,7 +80,7 @@ class BatchedCache(Cache):
         self.caches, self.positions = list(caches), [int(p) for p in positions]
         self.window = sliding_window
         self.max_length = max(self.positions) + 1
-        self.layers_read = 0  # rows() calls: one per layer when attention honoured the plan
+        self.layers_read = 0  # attend() calls: one per layer when attention honoured the plan
         super().__init__(layers=[_BatchLayer(self, i) for i in range(caches[0].key_slab.shape[0])])
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -90,8 +90,8 @@ class BatchedCache(Cache):
             c.value_slab[layer, 0, :, p] = values[b, :, 0]
 
     def rows(self, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per row, ``(1, H_kv, S_b, D)`` views of the keys/values its token sees."""
-        self.layers_read += 1
+        """Per row, ``(1, H_kv, S_b, D)`` views of the keys/values its token sees (its new
+        token's K/V already written)."""
         out = []
         for c, p in zip(self.caches, self.positions):
             start = max(0, p - self.window + 1) if self.window else 0
@@ -99,9 +99,29 @@ class BatchedCache(Cache):
         return out
 
 
+    def attend(self, module, query: torch.Tensor, key, value, dropout: float = 0.0,
+               scaling: float | None = None) -> torch.Tensor:
+        """Per-row SDPA of ``(B, H, 1, D)`` queries, each over its own cache -> ``(B, 1, H, D)``.
+
+        ``key``/``value`` (the placeholders ``update`` returned) are ignored. A decode token sees
+        every key it is given (the window, if any, is cut by :meth:`rows`), so no mask is needed.
+        """
+        self.layers_read += 1
+        kv = self.rows(int(module.layer_idx))
+        if len(kv) != query.shape[0]:
+            raise ValueError(f"batched attention: {query.shape[0]} query rows but {len(kv)} caches")
+        bsz, heads, _, _ = query.shape
+        out = query.new_empty(bsz, heads, 1, kv[0][1].shape[-1])
+        for b, (k, v) in enumerate(kv):
+            # grouped_sdpa, not a fold of the g query heads into rows: on the CPU the fold leaves
+            # H_kv work items (3 for SmolLM2) to share the threads, enable_gqa gives H of them.
+            out[b:b + 1] = grouped_sdpa(query[b:b + 1], k, v, None, dropout, scaling)
+        return out.transpose(1, 2).contiguous()
+
+
 def supports_batching(lm: LoadedModel) -> bool:
     """Whether ``lm`` runs ragpic's attention, the one that reads a batched step's per-row plan."""
-    return lm.banded_attention
+    return uses_banded_attention(lm.model)
 
 
 @torch.inference_mode()
@@ -124,10 +144,10 @@ def batched_decode_step(lm: LoadedModel, caches: Sequence[LinkedCache], tokens: 
     model = lm.model
     decoder = model.base_model
     out = decoder(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
-                  ragpic_batch=batch, **{cache_kwarg(decoder): batch})
-    if batch.layers_read != lm.num_layers:  # attention ignored ragpic_batch: the logits are wrong
+                  ragpic_bands=batch, **{cache_kwarg(decoder): batch})
+    if batch.layers_read != lm.num_layers:  # attention ignored the plan: the logits are wrong
         raise BatchNotHonoured(f"batched decode: attention read the per-row caches in {batch.layers_read} of "
-                           f"{lm.num_layers} layers (ragpic_sdpa must delegate ragpic_batch to batched_sdpa)")
+                               f"{lm.num_layers} layers (ragpic_sdpa must hand the step to its plan's attend)")
     for c, p in zip(caches, batch.positions):
         c.length = p + 1
     return head_logits(model, out.last_hidden_state[:, -1]).float()
@@ -138,7 +158,7 @@ def head_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 
     A bias-free linear head is applied as ``W @ hidden^T``: the ``(V, hidden)`` weight is then
     read row-major once for all B rows, where ``nn.Linear``'s ``hidden @ W^T`` makes the CPU BLAS
-    pack it first (SmolLM2's 113 MB head: 35 ms vs 16 ms at B = 8 on this CPU, the M = 1 cost).
+    pack it first, a cost paid again for every step (``benchmarks/bench_batch_decode.py`` times it).
     Any other head (a bias, logit soft-capping) runs as the model defines it.
     """
     head = model.get_output_embeddings()

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import DynamicCache
 
+from ragpic.core.decode import eos_token_ids
 from ragpic.core.forward import prefill
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import PLAIN, recipe_dummies
@@ -20,7 +21,7 @@ __all__ = ["compile_chunks", "dummy_token_id"]
 def dummy_token_id(lm: LoadedModel) -> int:
     """The id LegoLink-0 prepends: BOS as EPIC does, else the first EOS / pad (Qwen has no BOS)."""
     tok = lm.tokenizer
-    for cand in (tok.bos_token_id, *lm.eos_token_ids, tok.pad_token_id):
+    for cand in (tok.bos_token_id, *eos_token_ids(lm), tok.pad_token_id):
         if cand is not None:
             return int(cand)
     raise ChunkError("the tokenizer has no BOS, EOS or pad token to use as LegoLink-0 dummy")

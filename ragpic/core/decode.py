@@ -1,18 +1,24 @@
-"""Decode from a linked cache: greedy or sampled token ids until EOS or the length limit."""
+"""Decode from a linked cache: token ids until EOS or the length limit, then text.
+
+:func:`decode_tokens` yields greedy or sampled ids, one single-row forward each on buffers made
+once per generation (:class:`DecodeBuffers`); :func:`stream_text` turns the ids into text
+deltas that honour stop strings (never emitted) and keep UTF-8 characters whole.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ragpic.checks import check_int, check_number, check_stop
-from ragpic.core.decode_step import DecodeBuffers
+from ragpic.core.forward import forward_rows
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache
 
-__all__ = ["Sampling", "decode_tokens", "next_token", "pick_token"]
+__all__ = ["DecodeBuffers", "Sampling", "TextDelta", "decode_tokens", "eos_token_ids", "held_back", "next_token",
+           "pick_token", "stop_hit", "stream_text"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,11 +67,11 @@ def decode_tokens(lm: LoadedModel, cache: LinkedCache, first_logits: torch.Tenso
 
     The first id comes from the link's logits (no extra forward); each later id costs one
     single-token forward at position ``prompt_len + i``, on buffers made once
-    (:class:`~ragpic.core.decode_step.DecodeBuffers`). Greedy ids are fed back on the device
+    (:class:`DecodeBuffers`). Greedy ids are fed back on the device
     and read by the host once each, to be yielded.
     """
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
-    eos = set(lm.eos_token_ids)
+    eos = set(eos_token_ids(lm))
     bufs = DecodeBuffers(lm, prompt_len, sampling.max_new_tokens)
     logits = first_logits
     for i in range(sampling.max_new_tokens):
@@ -87,3 +93,119 @@ def next_token(logits: torch.Tensor, sampling: Sampling,
         return int(top), top  # the step's one device-to-host read
     tok = pick_token(logits, sampling, generator)
     return tok, tok
+
+
+def eos_token_ids(lm: LoadedModel) -> tuple[int, ...]:
+    """The ids that end a generation: the model's generation config's EOS, else the tokenizer's.
+
+    Read at each call, not when the model was wrapped: a caller may change the generation
+    config afterwards (tests switch EOS off to get a fixed number of tokens).
+    """
+    config = lm.model.generation_config
+    ids = config.eos_token_id if config else None
+    if ids is None:
+        ids = lm.tokenizer.eos_token_id
+    if ids is None:
+        return ()
+    return tuple(ids) if isinstance(ids, (list, tuple)) else (int(ids),)
+
+
+# ----------------------------------------------------------------------------- per-token buffers
+# A decode step is a one-row forward, so its fixed costs dominate on a GPU: building small
+# tensors from Python values (a blocking host-to-device copy each), a fresh mask, bands.
+# DecodeBuffers makes them once per generation: every position on the device, one additive
+# mask row whose growing prefix is each step's mask, and one id slot for sampled tokens.
+# Greedy tokens never leave the device to be fed back; the host reads each one once, to yield
+# it (the one sync a streamed token needs).
+_ALIGN = 16  # mask rows padded to 16 elements: fused SDPA kernels want aligned mask strides
+
+
+class DecodeBuffers:
+    """Positions, mask and an id slot for decoding up to ``steps`` tokens after ``prompt_len``.
+
+    Attributes:
+        positions: ``(steps,)`` int64 on the device: ``prompt_len + i`` for step ``i``.
+        mask: ``(1, 1, 1, W)`` additive mask row in the model dtype, ``W >= prompt_len + steps``;
+            step ``i`` uses its first ``prompt_len + i + 1`` columns. Zeros, except keys a
+            sliding window has left behind, masked as the window moves (one small fill a step).
+        ids: ``(1,)`` int64 slot for a token chosen on the host (sampling).
+    """
+
+    def __init__(self, lm: LoadedModel, prompt_len: int, steps: int):
+        dev = lm.device
+        self.prompt_len = prompt_len
+        self.window = lm.sliding_window
+        self.positions = torch.arange(prompt_len, prompt_len + steps, device=dev)
+        width = -(-(prompt_len + steps) // _ALIGN) * _ALIGN
+        self.mask = torch.zeros((1, 1, 1, width), dtype=lm.dtype, device=dev)
+        self._masked_upto = 0  # keys [0, _masked_upto) are masked already
+        self._min = torch.finfo(lm.dtype).min
+        self.ids = torch.zeros(1, dtype=torch.long, device=dev)
+
+    def step_mask(self, i: int) -> torch.Tensor:
+        """``(1, 1, 1, prompt_len + i + 1)`` mask for the token at position ``prompt_len + i``."""
+        p = self.prompt_len + i
+        if self.window is not None and p - self.window + 1 > self._masked_upto:
+            self.mask[..., self._masked_upto:p - self.window + 1] = self._min  # keys t <= p - window
+            self._masked_upto = p - self.window + 1
+        return self.mask[..., :p + 1]
+
+    def forward(self, lm: LoadedModel, cache: LinkedCache, i: int, token: torch.Tensor | int) -> torch.Tensor:
+        """``(V,)`` fp32 logits after feeding ``token`` (a ``(1,)`` device tensor, or a host
+        int written into the id slot) at position ``prompt_len + i``."""
+        if not isinstance(token, torch.Tensor):
+            self.ids.fill_(token)  # a scalar kernel argument: no host-to-device copy
+            token = self.ids
+        p = self.prompt_len + i
+        return forward_rows(lm, cache, token, self.positions[i:i + 1], p + 1, mask=self.step_mask(i))[-1].float()
+
+
+# ----------------------------------------------------------------------------- ids -> text
+def stop_hit(text: str, stops: Sequence[str]) -> int:
+    """Index where the earliest stop string starts in ``text``, or -1."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else -1
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """How many trailing chars might be the start of a stop string (not safe to emit yet)."""
+    hold = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                hold = max(hold, n)
+                break
+    return hold
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None  # "stop", "length" or "eos" on the last delta
+
+
+def stream_text(tokenizer, token_iter: Iterator[int], sampling: Sampling) -> Iterator[TextDelta]:
+    """Turn ids into text deltas, honouring stop strings without emitting any part of them.
+
+    The whole generated id list is decoded each step (not token by token) so multi-byte
+    characters and merges come out right; only the new suffix is emitted.
+    """
+    ids: list[int] = []
+    emitted = 0
+    for tok in token_iter:
+        ids.append(tok)
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next byte
+            continue
+        cut = stop_hit(text, sampling.stop)
+        if cut >= 0:
+            yield TextDelta(text[emitted:cut], ids.copy(), "stop")
+            return
+        safe = len(text) - held_back(text, sampling.stop)
+        if safe > emitted:
+            yield TextDelta(text[emitted:safe], ids.copy())
+            emitted = safe
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    reason = "length" if len(ids) >= sampling.max_new_tokens else "eos"
+    yield TextDelta(text[emitted:], ids.copy(), reason)

@@ -2,8 +2,10 @@
 
 :func:`load_model` loads a local model folder (or the embedded default, see
 :mod:`ragpic.core.default_model`); :func:`wrap_model` takes a model the caller already has.
-Both return a :class:`LoadedModel`: the module plus the facts link needs (RoPE frequencies,
-KV shape, context window, fingerprint).
+Both return a :class:`LoadedModel`: a record of the module plus the facts link needs (RoPE
+frequencies, KV shape, context window, fingerprint, device, dtype). Planning attention for a
+forward is :mod:`ragpic.core.ops.attention`'s job; the few methods here are conveniences for
+callers and tests, not on the link or decode path.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import torch
 from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
 from ragpic.core.gguf import gguf_model_dir, is_gguf_path
-from ragpic.core.ops.attention import (ATTENTION_NAME, Band, BandPlan, call_cost_for, plan_bands, query_bands,
-                                      use_banded_attention, uses_banded_attention)
-from ragpic.core.ops.key_blocks import KeyBlockPlan, key_blocks_available, plan_key_blocks
-from ragpic.core.ops.device import auto_dtype, default_dtype, host_ints, normalize_device
+from ragpic.core.ops import attention
+from ragpic.core.ops.attention import ATTENTION_NAME, AttentionPlan, Band, banded_sdpa, uses_banded_attention
+from ragpic.core.ops.device import auto_dtype, default_dtype, normalize_device
 from ragpic.errors import UnsupportedModelError
 
-__all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "wrap_model"]
+__all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "use_banded_attention",
+           "wrap_model"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
 # RoPE types whose angle is a fixed function of (position, frequency): a key computed at
@@ -32,7 +34,7 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 
 @dataclass(slots=True)
 class LoadedModel:
-    """A model ready for compile and link.
+    """A model ready for compile and link: a record, filled once by :func:`wrap_model`.
 
     Attributes:
         model: the ``*ForCausalLM`` module, in eval mode, on ``device``.
@@ -41,6 +43,7 @@ class LoadedModel:
         fingerprint: identifies whose KV an entry is (architecture, weights, dtype, tokenizer).
         inv_freq: ``(D_rot/2,)`` fp32 inverse RoPE frequencies on ``device`` (scaling applied).
         context_window: the most positions the model was trained for.
+        device, dtype: where the weights live and the dtype they compute in.
         call_cost: the price of one attention call in row x key pairs, for cutting bands
             (None: the device's, :func:`ragpic.core.ops.attention.call_cost_for`; a huge value
             gives one band per forward).
@@ -57,6 +60,8 @@ class LoadedModel:
     num_layers: int
     num_kv_heads: int
     head_dim: int
+    device: torch.device
+    dtype: torch.dtype
     sliding_window: int | None = None
     call_cost: int | None = None
     key_blocks: bool = True
@@ -67,56 +72,12 @@ class LoadedModel:
         return uses_banded_attention(self.model)
 
     def bands(self, positions: torch.Tensor | list[int]) -> tuple[Band, ...] | None:
-        """Attention bands for query rows at ``(R,)`` **host** (CPU) positions; None when the
-        model runs another attention (``sdpa``, eager, flash), which then sees the full mask.
+        """:func:`ragpic.core.ops.attention.attention_bands` of this model."""
+        return attention.attention_bands(self, positions)
 
-        Host positions: cutting bands reads every position, and reading a GPU tensor would
-        stall the host (:func:`~ragpic.core.ops.device.host_ints` refuses one).
-        """
-        if not self.banded_attention:
-            return None
-        cost = self.call_cost if self.call_cost is not None else call_cost_for(self.device)
-        return query_bands(host_ints(positions), sliding_window=self.sliding_window, call_cost=cost)
-
-    def band_plan(self, host_positions: torch.Tensor | list[int], mask: torch.Tensor) -> BandPlan | KeyBlockPlan | None:
-        """:meth:`bands` with each band's slice of the ``(1, 1, R, N)`` ``mask`` built once per
-        forward; several bands on the CPU in fp32 become a :class:`KeyBlockPlan` (``key_blocks``)."""
-        if not self.banded_attention:
-            return None
-        positions = host_ints(host_positions)  # once: the bands and the key blocks both read them
-        bands = self.bands(positions)
-        groups = int(self.model.config.num_attention_heads) // self.num_kv_heads
-        if (self.key_blocks and len(bands) > 1 and self.sliding_window is None
-                and key_blocks_available(self.device, mask.dtype)):
-            return plan_key_blocks(bands, positions, mask, groups=groups)
-        return plan_bands(bands, mask, groups=groups, fold=self.device.type != "cpu")
-
-    def causal_kernel_ok(self, length: int) -> bool:
-        """Whether a forward over rows ``0..length-1`` may pass no mask and let SDPA's causal
-        kernel mask: the live attention is (ragpic's) SDPA and no sliding window cuts keys."""
-        impl = getattr(self.model.config, "_attn_implementation", None)
-        return impl in ("sdpa", ATTENTION_NAME) and (self.sliding_window is None or self.sliding_window >= length)
-
-    @property
-    def device(self) -> torch.device:
-        return self.inv_freq.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self.tokenizer.bos_token_id
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        ids = self.model.generation_config.eos_token_id if self.model.generation_config else None
-        if ids is None:
-            ids = self.tokenizer.eos_token_id
-        if ids is None:
-            return ()
-        return tuple(ids) if isinstance(ids, (list, tuple)) else (int(ids),)
+    def band_plan(self, host_positions: torch.Tensor | list[int], mask: torch.Tensor) -> AttentionPlan | None:
+        """:func:`ragpic.core.ops.attention.plan_attention` of this model."""
+        return attention.plan_attention(self, host_positions, mask)
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
@@ -165,13 +126,33 @@ def _rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
     return rotary.inv_freq.detach().to(torch.float32)
 
 
+def use_banded_attention(model: torch.nn.Module) -> bool:
+    """Switch a model that runs transformers' ``sdpa`` to ragpic's banded SDPA; True when it runs it.
+
+    This is the one place ragpic touches transformers' global ``AttentionInterface``: it
+    registers :data:`ATTENTION_NAME` (a new name; no existing entry changes) and sets the
+    model's attention to it. ``model.set_attn_implementation("sdpa")`` undoes the switch.
+    Models on eager or flash attention are left alone (link then passes the full mask).
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    current = getattr(model.config, "_attn_implementation", None)
+    if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return uses_banded_attention(model)
+    AttentionInterface.register(ATTENTION_NAME, banded_sdpa)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    model.set_attn_implementation(ATTENTION_NAME)
+    return uses_banded_attention(model)
+
+
 def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
                banded_attention: bool = False) -> LoadedModel:
     """Check an already-loaded model + tokenizer and wrap it for compile/link.
 
     Args:
         banded_attention: switch a model on transformers' ``sdpa`` to ``ragpic_sdpa``
-            (:func:`ragpic.core.ops.attention.use_banded_attention`): the same SDPA unless
+            (:func:`use_banded_attention`): the same SDPA unless
             link passes attention bands, and faster links. Off by default: your model's
             attention setting is yours. Links are exact either way.
     """
@@ -181,16 +162,19 @@ def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
         use_banded_attention(model)
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    weight = next(model.parameters())
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         name=name,
         fingerprint=model_fingerprint(model, tokenizer),
-        inv_freq=_rotary_inv_freq(model).to(next(model.parameters()).device),
+        inv_freq=_rotary_inv_freq(model).to(weight.device),
         context_window=int(getattr(cfg, "max_position_embeddings", 2048)),
         num_layers=int(cfg.num_hidden_layers),
         num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
         head_dim=int(head_dim),
+        device=weight.device,
+        dtype=weight.dtype,
         sliding_window=_sliding_window(cfg),
     )
 

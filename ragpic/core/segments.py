@@ -1,4 +1,5 @@
-"""Ordered prompt segments (uncached text and cached chunks) and their token ids.
+"""Ordered prompt segments (uncached text and cached chunks) and their token ids, and how
+cached chunks are found in prompt text.
 
 A prompt's token sequence is the concatenation of its separately tokenized pieces. Each
 cached chunk keeps exactly the ids it was compiled with; the text between chunks (the
@@ -8,14 +9,15 @@ from decoded ids.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ragpic.core.kv import ChunkKV
 
-__all__ = ["Segment", "chunk_segment", "concat_ids", "segment_starts", "text_segment"]
+__all__ = ["Match", "Segment", "chunk_segment", "concat_ids", "find_chunks", "on_word_boundaries", "segment_starts",
+           "split_prompt", "text_segment"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,3 +64,87 @@ def segment_starts(segments: Sequence[Segment]) -> list[int]:
         starts.append(pos)
         pos += s.num_tokens
     return starts
+
+
+# ----------------------------------------------------------------------------- chunks in text
+# The frameworks put each retrieved chunk's text in the prompt verbatim, so the primary way to
+# know which KV to link is to find those strings (retrieval ids only narrow the search).
+
+
+@dataclass(slots=True, frozen=True)
+class Match:
+    start: int
+    end: int
+    text: str
+
+
+_DIRECT_SEARCH_LIMIT = 64
+_ANCHOR = 32
+
+
+def on_word_boundaries(prompt: str, start: int, end: int) -> bool:
+    """Whether ``prompt[start:end]`` neither starts nor ends inside a word: a cached "an"
+    must not match inside "banana"."""
+    def inside(i: int) -> bool:  # between two word characters
+        return 0 < i < len(prompt) and prompt[i - 1].isalnum() and prompt[i].isalnum()
+
+    return not inside(start) and not inside(end)
+
+
+def _occurrences(prompt: str, cands: list[str]) -> list[Match]:
+    """Every occurrence of every candidate: ``str.find`` per candidate while there are few,
+    else one scan of the prompt with candidates indexed by their first characters (by their
+    whole text when shorter than the anchor), so the cost is O(prompt x distinct short lengths)."""
+    found: list[Match] = []
+    if len(cands) <= _DIRECT_SEARCH_LIMIT:
+        for c in cands:
+            i = prompt.find(c)
+            while i >= 0:
+                found.append(Match(i, i + len(c), c))
+                i = prompt.find(c, i + 1)
+        return found
+    by_anchor: dict[str, list[str]] = {}
+    short: dict[int, set[str]] = {}
+    for c in cands:
+        if len(c) >= _ANCHOR:
+            by_anchor.setdefault(c[:_ANCHOR], []).append(c)
+        else:
+            short.setdefault(len(c), set()).add(c)
+    for i in range(len(prompt)):
+        for c in by_anchor.get(prompt[i:i + _ANCHOR], ()):
+            if prompt.startswith(c, i):
+                found.append(Match(i, i + len(c), c))
+        for n, texts in short.items():
+            if prompt[i:i + n] in texts:
+                found.append(Match(i, i + n, prompt[i:i + n]))
+    return found
+
+
+def find_chunks(prompt: str, candidates: Iterable[str]) -> list[Match]:
+    """Non-overlapping occurrences of candidate texts in ``prompt``, left to right.
+
+    Only occurrences on word boundaries count (see :func:`on_word_boundaries`). Where two
+    candidates overlap, the earlier one wins, then the longer. A chunk that appears twice
+    matches twice.
+    """
+    cands = sorted({c for c in candidates if c}, key=len, reverse=True)
+    found = [m for m in _occurrences(prompt, cands) if on_word_boundaries(prompt, m.start, m.end)]
+    found.sort(key=lambda m: (m.start, -(m.end - m.start)))
+    kept: list[Match] = []
+    for m in found:
+        if not kept or m.start >= kept[-1].end:
+            kept.append(m)
+    return kept
+
+
+def split_prompt(prompt: str, matches: Sequence[Match]) -> list[tuple[str, bool]]:
+    """``[(text, is_chunk), ...]`` covering ``prompt`` exactly, empty pieces dropped."""
+    pieces, pos = [], 0
+    for m in matches:
+        if m.start > pos:
+            pieces.append((prompt[pos:m.start], False))
+        pieces.append((m.text, True))
+        pos = m.end
+    if pos < len(prompt):
+        pieces.append((prompt[pos:], False))
+    return pieces

@@ -15,15 +15,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from ragpic.cache.format.expect import expected_for
 from ragpic.config import Config
 from ragpic.core.compile import compile_chunks
-from ragpic.core.decode import Sampling, decode_tokens
+from ragpic.core.decode import Sampling, decode_tokens, stream_text
 from ragpic.core.kv import ChunkKV
-from ragpic.core.link import LinkResult, link
-from ragpic.core.matching import split_prompt
+from ragpic.core.link import LinkResult, link, linker_for
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel, load_model
-from ragpic.core.ops.slab_pool import SlabPool
-from ragpic.core.segments import Segment, text_segment
-from ragpic.core.text_stream import stream_text
+from ragpic.core.ops.linked_cache import SlabPool
+from ragpic.core.segments import Segment, split_prompt, text_segment
 from ragpic.checks import check_number, check_text, check_texts
 from ragpic.errors import ChunkError, ConfigError, GenerationTimeout
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
@@ -161,7 +159,7 @@ class RagPic:
         matches, stats = match_chunks(text, hints, lambda: self._stored_texts_in(text), self.cacheable)
         if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
-        if method.kind == "full":  # the same token sequence the linked methods see, all computed
+        if linker_for(method).every_row:  # the same token sequence the linked methods see, all computed
             return [text_segment(self.lm.tokenizer, p) for p, _ in split_prompt(text, matches)], stats
         keys = {m.text: self.chunk_key(m.text, method) for m in matches}
         kvs = self.store.get_many(list(dict.fromkeys(keys.values())), expect=expected_for(self.lm))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ragpic.core.text_stream import TextDelta
+from ragpic.core.decode import TextDelta
 
 __all__ = ["Generation", "GenerationStream", "MatchStats"]
 

@@ -1,6 +1,6 @@
 """Prompt text -> the chunks in it (by exact text) -> ordered segments with their KV.
 
-The engine's half of the data path's first step: :mod:`ragpic.core.matching` finds strings,
+The engine's half of the data path's first step: :mod:`ragpic.core.segments` finds strings,
 this module decides which strings to look for (hints, else the store's catalog), says when
 hints are missing from the prompt, and counts where each chunk's KV came from.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ragpic.checks import check_texts
 from ragpic.core.kv import ChunkKV
-from ragpic.core.matching import Match, find_chunks, split_prompt
+from ragpic.core.segments import Match, find_chunks, split_prompt
 from ragpic.core.segments import Segment, chunk_segment, text_segment
 from ragpic.engine.generation import MatchStats
 from ragpic.engine.prompting import missing_hints_message, partly_in

@@ -25,17 +25,15 @@ is separate from the timed ones.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
-from ragpic.core.link import link, recompute_mask
+from ragpic.core.link import link, linker_for
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
-from ragpic.core.ops.slab_pool import SlabPool
-from ragpic.core.query_guided import trailing_text_rows
+from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, chunk_segment, concat_ids
 
 from ragpic.eval import scoring
@@ -48,7 +46,6 @@ __all__ = ["format_table", "method_flops", "plot_bench", "run_bench"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-16", "cacheblend-15")
 QUERY_TEXT = "\n\nQuestion: what is the one idea that connects all of these essays, and why does it matter? "
-_CACHEBLEND_FULL_LAYERS = 2  # layers 0 and 1 see every token (ragpic.core.cacheblend)
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -83,28 +80,9 @@ def method_flops(lm: LoadedModel, segments: Sequence[Segment], method: str) -> f
     For ``cacheblend-r`` and ``qr-r`` the selected tokens depend on the data; the count assumes
     they are spread evenly over the chunk tokens (so their attention cost is ``r`` of the
     chunks'); ``qr`` adds its first pass (``legolink-k``) and the question's second forward.
+    Each method's rows per layer come from its strategy (:meth:`ragpic.core.link.Linker.layer_rows`).
     """
-    m = parse_method(method)
-    n = sum(s.num_tokens for s in segments)
-    everyone = (n, n * (n + 1) / 2)
-    if m.kind == "full":
-        return link_flops(lm, [everyone] * lm.num_layers)
-    rec = recompute_mask(segments, m)
-    pos = rec.nonzero().squeeze(1).double() + 1
-    if m.kind == "qr":  # first pass + r of the chunk tokens (spread evenly) + the question again
-        chunk = (~recompute_mask(segments, parse_method("naive"))).nonzero().squeeze(1).double() + 1
-        tail = trailing_text_rows(segments)
-        second = (math.ceil(m.ratio * chunk.numel()) + tail,
-                  m.ratio * float(chunk.sum()) + tail * (n - (tail - 1) / 2))
-        return (link_flops(lm, [(int(rec.sum()), float(pos.sum()))] * lm.num_layers)
-                + link_flops(lm, [second] * lm.num_layers))
-    if m.kind != "cacheblend":
-        return link_flops(lm, [(int(rec.sum()), float(pos.sum()))] * lm.num_layers)
-    cand = (~rec).nonzero().squeeze(1).double() + 1
-    k = math.ceil(m.ratio * cand.numel())
-    deep = (int(rec.sum()) + k, float(pos.sum()) + m.ratio * float(cand.sum()))
-    full_layers = min(_CACHEBLEND_FULL_LAYERS, lm.num_layers)
-    return link_flops(lm, [everyone] * full_layers + [deep] * (lm.num_layers - full_layers))
+    return sum(link_flops(lm, rows) for rows in linker_for(method).layer_rows(segments, lm.num_layers))
 
 
 # ----------------------------------------------------------------------------- memory

@@ -1,6 +1,6 @@
 """Token ids -> text deltas, one id pushed at a time (the scheduler decodes many requests).
 
-The same rules as :func:`ragpic.core.text_stream.stream_text`: the whole id list is decoded
+The same rules as :func:`ragpic.core.decode.stream_text`: the whole id list is decoded
 each time (multi-byte characters and merges come out right), an incomplete UTF-8 tail waits
 for the next id, no part of a stop string is ever emitted, and text that might begin one is
 held back until it cannot.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragpic.core.text_stream import held_back, stop_hit  # one stop-string rule for both paths
+from ragpic.core.decode import held_back, stop_hit  # one stop-string rule for both paths
 
 __all__ = ["Detokenizer"]
 

@@ -1,7 +1,7 @@
 """The model side of one request: link it, pick each token, step many of them together.
 
 :func:`begin` matches a job's prompt against the store (compiling misses) and plans its
-link, which the scheduler runs in pieces (:class:`ragpic.core.chunked_link.ChunkedLink`);
+link, which the scheduler runs in pieces (:class:`ragpic.core.link.ChunkedLink`);
 :func:`start` then picks its first token from the link's logits (:func:`admit`: all three
 at once); :func:`step` runs one decode forward for a list of running requests: batched (:func:`ragpic.core.batch.batched_decode_step`) when the model
 supports it and there are several, else the engine's own single-request step. Both run on
@@ -17,12 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.core.batch import BatchNotHonoured, batched_decode_step, supports_batching
-from ragpic.core.chunked_link import ChunkedLink
-from ragpic.core.decode import Sampling, next_token
-from ragpic.core.decode_step import DecodeBuffers
+from ragpic.core.decode import DecodeBuffers, Sampling, eos_token_ids, next_token
+from ragpic.core.link import ChunkedLink
 from ragpic.core.methods import parse_method
-from ragpic.core.ops.linked_cache import LinkedCache
-from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.ops.linked_cache import LinkedCache, SlabPool
 from ragpic.errors import ContextOverflowError
 from ragpic.engine.generation import Generation, MatchStats
 from ragpic.serve.detok import Detokenizer
@@ -118,7 +116,7 @@ def emit(engine, run: Running, logits: torch.Tensor) -> None:
     EOS, a stop string or ``max_new_tokens``."""
     tok, _ = next_token(logits, run.params, run.gen)
     first = not run.detok.ids
-    if tok in engine.lm.eos_token_ids:
+    if tok in eos_token_ids(engine.lm):
         return finish(run, "eos", first)
     text, stopped = run.detok.push(tok)
     if first:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from ragpic.core.ops.slab_pool import SlabPool
+from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.errors import QueueFull  # importable from here too
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics

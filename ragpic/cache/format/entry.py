@@ -22,7 +22,7 @@ sha256 of the payload. The payload is raw tensor bytes in C order, in this order
   bytes of fp16, 0.14x of fp32.
   Decoded to float KV in the original dtype (on the host, before the hot tier).
 
-int8 (codec in :mod:`ragpic.core.ops.quant`, whose decoder runs where KV is linked) error
+int8 (codec in :mod:`ragpic.core.kv`, whose decoder runs where KV is linked) error
 bound: each row's scale ``s`` is ``absmax / 127`` rounded *up* to bf16, so
 ``|q| <= 127`` without clipping and every element satisfies
 ``|x_hat - x| <= s / 2 <= absmax / 254 * (1 + 2**-7)``. Scales are bf16 rather than fp16
@@ -50,7 +50,7 @@ import torch
 from ragpic.cache.format.int4 import dequantize_int4, quantize_int4, section_shapes
 from ragpic.cache.format.keys import dtype_name
 from ragpic.core.kv import ChunkKV
-from ragpic.core.ops.quant import quantize_int8  # int8's codec (both halves) lives with its decoder
+from ragpic.core.kv import quantize_int8  # int8's codec (both halves) lives with its decoder
 from ragpic.errors import CorruptEntry, ForeignEntry
 
 MAGIC = b"RPKV"

@@ -1,4 +1,7 @@
-"""Tensor-level pieces under link: RoPE re-rotation (:mod:`.rope`), banded GQA attention and
-masks (:mod:`.attention`; :mod:`.attention_probe` records what the question attends to), the
-row-write KV cache (:mod:`.linked_cache`) and the pool that reuses its memory
-(:mod:`.slab_pool`). They import nothing else from ragpic."""
+"""Tensor-level pieces under link and decode; they import nothing else from ragpic.
+
+:mod:`.attention` (attention plans: bands and their masks, one SDPA over grouped K/V, and
+ragpic's registered attention function), :mod:`.key_blocks` (the CPU's one pass per key
+block), :mod:`.attention_probe` (what the question attends to, for ``qr``),
+:mod:`.linked_cache` (the row-write KV cache and the pool that reuses its memory) and
+:mod:`.device` (the host <-> device boundary and default dtypes)."""

@@ -1,32 +1,32 @@
 """Banded link attention: exact SDPA for a few query rows over a long cache.
 
-At link time the R recomputed tokens are a few short runs (each chunk's first k tokens,
-glue, the query) spread over an N-token prompt, and a token at position ``p`` sees keys
-``[0, p]`` only. transformers' SDPA path runs one masked ``R x N`` attention over every key
-and, because a mask is given, first copies K and V once per query head (``repeat_kv``).
-Here the rows are cut into *bands* that share a visible key range and each band attends
-only to that range, reading K and V in place for every query head that shares them. Same
-scores, same mask values, same softmax: at 4k tokens with 8 chunks it does ~40% fewer
-attention FLOPs and copies no K/V.
+The R recomputed tokens of a link are a few short runs spread over an N-token prompt, and a
+token at position ``p`` sees keys ``[0, p]`` only. transformers' SDPA runs one masked ``R x N``
+attention and, because a mask is given, first copies K and V per query head. Here the rows are
+cut into *bands* that share a visible key range; each band attends only to that range, reading
+K and V in place (same scores, same softmax; ~40% fewer attention FLOPs at 4k tokens).
 
-:func:`use_banded_attention` registers the function in transformers' ``AttentionInterface``
-under :data:`ATTENTION_NAME` and switches one model to it (an explicit call:
-:func:`ragpic.core.model.load_model` makes it for the models it loads; ``wrap_model`` only when
-asked). On the CPU in fp32, a forward of several bands runs as one pass per key block instead
-(:mod:`ragpic.core.ops.key_blocks`). A forward without ``ragpic_bands`` falls through to
-transformers' own SDPA, so the model behaves exactly as before everywhere else.
+:func:`plan_attention` builds a forward's *attention plan* once (every layer reads it): a
+:class:`BandPlan`, or on the CPU in fp32 a :class:`~ragpic.core.ops.key_blocks.KeyBlockPlan`
+(one pass per key block), or a batched decode step's per-request caches. Each plan has an
+``attend`` method; :func:`banded_sdpa`, registered in transformers' ``AttentionInterface`` under
+:data:`ATTENTION_NAME` (:func:`use_banded_attention`), calls it, or transformers' own SDPA when
+the forward carries no plan. :func:`grouped_sdpa` is the one SDPA call every plan runs: GQA K/V
+read in place, never repeated per query head.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
+import torch.nn.functional as F
 
 from ragpic.core.ops.attention_probe import AttentionProbe
-from ragpic.core.ops.key_blocks import KeyBlockPlan, key_block_sdpa
-from ragpic.core.ops.sdpa import fold_mask, grouped_sdpa
+from ragpic.core.ops.device import host_ints
+from ragpic.core.ops.key_blocks import key_blocks_available, plan_key_blocks
 
 ATTENTION_NAME = "ragpic_sdpa"
 # One SDPA call costs about as much as this many (query row x key) pairs (python, dispatch,
@@ -112,6 +112,33 @@ class BandPlan:
     masks: tuple[torch.Tensor | None, ...]
     fold: bool | None
 
+    def attend(self, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
+               scaling: float | None) -> torch.Tensor:
+        """``(1, H, R, D)`` queries over ``(1, H_kv, N, D)`` K/V, band by band -> ``(1, R, H, D)``."""
+        b, h, r, _ = query.shape
+        if len(self.bands) == 1 and self.bands[0].row_end - self.bands[0].row_start == r:
+            (band,), (mask,) = self.bands, self.masks  # one call: no slice writes
+            out = grouped_sdpa(query, key[:, :, band.key_start:band.key_end],
+                               value[:, :, band.key_start:band.key_end], mask, dropout, scaling, fold=self.fold)
+            return out.transpose(1, 2).contiguous()
+        out = query.new_empty(b, h, r, value.shape[-1])
+        for band, mask in zip(self.bands, self.masks):
+            r0, r1, k0, k1 = band.row_start, band.row_end, band.key_start, band.key_end
+            out[:, :, r0:r1] = grouped_sdpa(query[:, :, r0:r1], key[:, :, k0:k1], value[:, :, k0:k1],
+                                            mask, dropout, scaling, fold=self.fold)
+        return out.transpose(1, 2).contiguous()
+
+
+class AttentionPlan(Protocol):
+    """What a forward's attention runs, built once per forward: :class:`BandPlan`,
+    :class:`~ragpic.core.ops.key_blocks.KeyBlockPlan`, or a batched decode step
+    (:class:`ragpic.core.batch.BatchedCache`)."""
+
+    def attend(self, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
+               scaling: float | None) -> torch.Tensor:
+        """``(B, H, R, D)`` queries (and the layer's K/V) -> ``(B, R, H, D)`` attention output."""
+        ...
+
 
 def plan_bands(bands: Sequence[Band], mask: torch.Tensor, *, groups: int, fold: bool | None) -> BandPlan:
     """Slice (and, with ``fold``, repeat per query head) each band's part of ``mask`` once.
@@ -129,49 +156,31 @@ def plan_bands(bands: Sequence[Band], mask: torch.Tensor, *, groups: int, fold: 
 
 def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                ragpic_bands: BandPlan | Sequence[Band] | None = None, ragpic_probe: AttentionProbe | None = None,
+                ragpic_bands: AttentionPlan | Sequence[Band] | None = None, ragpic_probe: AttentionProbe | None = None,
                 **kwargs) -> tuple[torch.Tensor, None]:
     """transformers attention-interface function.
 
     Args:
-        query: ``(1, H, R, D)``; key, value: ``(1, H_kv, N, D)`` (not repeated per head).
-        attention_mask: ``(1, 1, R, N)`` additive mask, required with bare ``ragpic_bands``.
-        ragpic_bands: a :class:`BandPlan` (its masks prebuilt), a
-            :class:`~ragpic.core.ops.key_blocks.KeyBlockPlan` (the CPU's pass per key block),
-            or bands from :func:`query_bands` (masks sliced here); without it this is
-            transformers' SDPA.
+        query: ``(B, H, R, D)``; key, value: ``(B, H_kv, N, D)`` (not repeated per head).
+        attention_mask: ``(1, 1, R, N)`` additive mask, required with bare bands.
+        ragpic_bands: the forward's :class:`AttentionPlan` (or bands from :func:`query_bands`,
+            planned here); without it this is transformers' SDPA.
         ragpic_probe: records the last rows' attention probabilities (the query-guided link);
             the output does not change.
     Returns:
-        ``((1, R, H, D) attention output, None)``.
+        ``((B, R, H, D) attention output, None)``.
     """
-    if kwargs.get("ragpic_batch") is not None:  # a batched decode step (ragpic.core.batch): per-row caches
-        from ragpic.core.ops.batched_attention import batched_sdpa
-        return batched_sdpa(module, query, kwargs["ragpic_batch"], dropout=dropout, scaling=scaling)
     if ragpic_probe is not None:
         ragpic_probe.record(query, key, attention_mask, scaling)
-    if isinstance(ragpic_bands, KeyBlockPlan):
-        return key_block_sdpa(query, key, value, ragpic_bands, scaling), None
-    if ragpic_bands is None:
+    plan = ragpic_bands
+    if plan is not None and not hasattr(plan, "attend"):  # bare bands: slice their masks now
+        plan = plan_bands(plan, attention_mask, groups=1, fold=None)
+    if plan is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
-    if not isinstance(ragpic_bands, BandPlan):
-        ragpic_bands = plan_bands(ragpic_bands, attention_mask, groups=1, fold=None)
-    b, h, r, _ = query.shape
-    fold = ragpic_bands.fold
-    if len(ragpic_bands.bands) == 1 and ragpic_bands.bands[0].row_end - ragpic_bands.bands[0].row_start == r:
-        (band,), (mask,) = ragpic_bands.bands, ragpic_bands.masks  # one call: no slice writes
-        out = grouped_sdpa(query, key[:, :, band.key_start:band.key_end], value[:, :, band.key_start:band.key_end],
-                           mask, dropout, scaling, fold=fold)
-        return out.transpose(1, 2).contiguous(), None
-    out = query.new_empty(b, h, r, value.shape[-1])
-    for band, mask in zip(ragpic_bands.bands, ragpic_bands.masks):
-        r0, r1, k0, k1 = band.row_start, band.row_end, band.key_start, band.key_end
-        out[:, :, r0:r1] = grouped_sdpa(query[:, :, r0:r1], key[:, :, k0:k1], value[:, :, k0:k1],
-                                        mask, dropout, scaling, fold=fold)
-    return out.transpose(1, 2).contiguous(), None
+    return plan.attend(module, query, key, value, dropout, scaling), None
 
 
 def uses_banded_attention(model: torch.nn.Module) -> bool:
@@ -180,39 +189,70 @@ def uses_banded_attention(model: torch.nn.Module) -> bool:
     return getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME
 
 
-def use_banded_attention(model: torch.nn.Module) -> bool:
-    """Switch a model that runs transformers' ``sdpa`` to :func:`banded_sdpa`; True when it runs it.
+def fold_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
+    """``(B, 1, R, S)`` -> ``(B, 1, groups x R, S)``: row ``j x R + i`` is row ``i`` (head ``j``'s copy)."""
+    b, _, r, s = mask.shape
+    return mask.expand(b, groups, r, s).reshape(b, 1, groups * r, s)
 
-    This is the one place ragpic touches transformers' global ``AttentionInterface``: it
-    registers :data:`ATTENTION_NAME` (a new name; no existing entry changes) and sets the
-    model's attention to it. ``model.set_attn_implementation("sdpa")`` undoes the switch.
-    Models on eager or flash attention are left alone (link then passes the full mask).
+
+def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                 dropout: float = 0.0, scaling: float | None = None, *, fold: bool | None = None) -> torch.Tensor:
+    """SDPA of ``(B, H, R, D)`` queries over ``(B, H_kv, S, D)`` keys without copying K/V per head.
+
+    On the CPU, torch's flash kernel takes ``enable_gqa`` with a mask. Elsewhere the
+    ``g = H / H_kv`` query heads that share a KV head are folded into the row dim instead (the
+    mask is repeated for them, unless it already has ``g x R`` rows), which every fused kernel
+    handles. ``fold`` forces either way; ``mask`` None means every row sees every key.
+    Returns ``(B, H, R, D_v)``, in whatever memory layout the kernel chose.
     """
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    b, h, r, d = query.shape
+    kv_heads = key.shape[1]
+    if fold is None:
+        fold = query.device.type != "cpu"
+    if not fold or h == kv_heads:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
+                                              enable_gqa=h != kv_heads)
+    g = h // kv_heads
+    q = query.reshape(b, kv_heads, g * r, d)
+    if mask is not None and mask.shape[-2] != g * r:
+        mask = fold_mask(mask, g)
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+    # reshape, not view: CUDA's memory-efficient kernel returns (B, H_kv, g R, D) in a transposed
+    # layout, which no view can split back into heads
+    return out.reshape(b, h, r, out.shape[-1])
 
-    current = getattr(model.config, "_attn_implementation", None)
-    if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
-        return uses_banded_attention(model)
-    AttentionInterface.register(ATTENTION_NAME, banded_sdpa)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-    model.set_attn_implementation(ATTENTION_NAME)
-    return uses_banded_attention(model)
+
+# ----------------------------------------------------------------------------- a model's plan
+# ``lm`` below is a ragpic.core.model.LoadedModel (this layer imports nothing from the core).
 
 
-def additive_mask(query_positions: torch.Tensor, kv_length: int, *, dtype: torch.dtype,
-                  sliding_window: int | None = None) -> torch.Tensor:
-    """``(1, 1, R, kv_length)`` additive mask: query at position ``p`` sees keys ``t <= p``.
+def attention_bands(lm: Any, positions: torch.Tensor | Sequence[int]) -> tuple[Band, ...] | None:
+    """Bands for query rows at ``(R,)`` **host** positions; None when the model runs another
+    attention (``sdpa``, eager, flash), which then sees the full mask. Host positions: cutting
+    bands reads every one, and reading a GPU tensor would stall the host (:func:`host_ints`
+    refuses one)."""
+    if not uses_banded_attention(lm.model):
+        return None
+    cost = lm.call_cost if lm.call_cost is not None else call_cost_for(lm.device)
+    return query_bands(host_ints(positions), sliding_window=lm.sliding_window, call_cost=cost)
 
-    Additive (0 / finfo.min) rather than boolean: a boolean mask is wrong under ``eager``
-    attention, an additive one is right for both ``eager`` and ``sdpa``. With a sliding
-    window ``w`` the query also stops seeing keys ``t <= p - w``, as Mistral does.
-    """
-    t = torch.arange(kv_length, device=query_positions.device)
-    p = query_positions[:, None]
-    allowed = t[None, :] <= p
-    if sliding_window is not None:
-        allowed &= t[None, :] > p - sliding_window
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=query_positions.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+
+def plan_attention(lm: Any, host_positions: torch.Tensor | Sequence[int], mask: torch.Tensor) -> AttentionPlan | None:
+    """The forward's plan: :func:`attention_bands` with each band's slice of the ``(1, 1, R, N)``
+    ``mask`` built once; several bands on the CPU in fp32 become a key-block plan (``lm.key_blocks``)."""
+    if not uses_banded_attention(lm.model):
+        return None
+    positions = host_ints(host_positions)  # once: the bands and the key blocks both read them
+    bands = attention_bands(lm, positions)
+    groups = int(lm.model.config.num_attention_heads) // lm.num_kv_heads
+    if (lm.key_blocks and len(bands) > 1 and lm.sliding_window is None
+            and key_blocks_available(lm.device, mask.dtype)):
+        return plan_key_blocks(bands, positions, mask, groups=groups)
+    return plan_bands(bands, mask, groups=groups, fold=lm.device.type != "cpu")
+
+
+def causal_kernel_ok(lm: Any, length: int) -> bool:
+    """Whether a forward over rows ``0..length-1`` may pass no mask and let SDPA's causal kernel
+    mask: the live attention is (ragpic's) SDPA and no sliding window cuts keys."""
+    impl = getattr(lm.model.config, "_attn_implementation", None)
+    return impl in ("sdpa", ATTENTION_NAME) and (lm.sliding_window is None or lm.sliding_window >= length)

@@ -1,6 +1,6 @@
 """Where the query looks: attention probabilities of a forward's last rows, per layer.
 
-The query-guided link (:mod:`ragpic.core.query_guided`) asks, during its first pass, how much
+The query-guided link (:mod:`ragpic.core.link.query_guided`) asks, during its first pass, how much
 attention the question's tokens pay to each context token, then recomputes the most attended
 spans. SDPA does not return its weights, so ragpic's attention function
 (:func:`ragpic.core.ops.attention.banded_sdpa`) hands the layer's query and keys to a probe

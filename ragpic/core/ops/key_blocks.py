@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ragpic.core.ops.sdpa import fold_mask
 
 __all__ = ["KeyBlockPlan", "key_block_sdpa", "key_blocks_available", "plan_key_blocks"]
 
@@ -55,6 +54,11 @@ class KeyBlockPlan:
     own: tuple[tuple[int, int, int, int, torch.Tensor | None], ...]
     rows: int
 
+    def attend(self, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
+               scaling: float | None) -> torch.Tensor:
+        """The attention plan's entry point (see ``ragpic.core.ops.attention.AttentionPlan``)."""
+        return key_block_sdpa(query, key, value, self, scaling)
+
 
 def plan_key_blocks(bands: Sequence, positions: Sequence[int], mask: torch.Tensor, *, groups: int) -> KeyBlockPlan:
     """Cut the keys at every band's first position (``bands`` from ``query_bands`` without a
@@ -70,7 +74,8 @@ def plan_key_blocks(bands: Sequence, positions: Sequence[int], mask: torch.Tenso
         m = None
         if last > firsts[i]:  # rows at more than one position: causal inside the stretch
             m = mask[:, :, b.row_start:b.row_end, firsts[i]:last + 1]
-            m = fold_mask(m, groups) if groups > 1 else m
+            if groups > 1:  # repeated for the g query heads folded into rows, as attention.fold_mask does
+                m = m.expand(1, groups, *m.shape[2:]).reshape(1, 1, groups * m.shape[2], m.shape[3])
         own.append((b.row_start, b.row_end, firsts[i], last + 1, m))
     return KeyBlockPlan(tuple(whole), tuple(own), len(positions))
 

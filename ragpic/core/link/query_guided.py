@@ -18,7 +18,8 @@ before them, the spans the question actually reads:
 Cost: ``legolink-k`` plus ``r`` of the chunk tokens and the question again. At ``r = 100%``
 every row after the first chunk is recomputed in one causal forward: ``full`` exactly. The
 probe reads the query inside ragpic's attention function, so the model must run it
-(:func:`ragpic.core.model.load_model`'s default).
+(:func:`ragpic.core.model.load_model`'s default). Its rows depend on the first pass, so it
+runs whole; its recompute mask is the first pass's (``legolink-k``'s rows).
 """
 
 from __future__ import annotations
@@ -28,17 +29,17 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.cache_fill import fill_cached_rows, new_cache
 from ragpic.core.forward import recompute_rows
-from ragpic.core.methods import Method
+from ragpic.core.link.plan import Linker
+from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
+from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.ops.linked_cache import LinkedCache
-from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment, segment_starts
 from ragpic.errors import LinkError
 
-__all__ = ["SPAN", "chunk_spans", "qr_link", "select_spans", "trailing_text_rows"]
+__all__ = ["SPAN", "QueryGuided", "chunk_spans", "select_spans", "trailing_text_rows"]
 
 SPAN = 16
 """Tokens per recomputed run: long enough to keep a sentence's tokens together, short enough
@@ -92,38 +93,50 @@ def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: f
     return chosen
 
 
-def qr_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], method: Method, first: torch.Tensor,
-            capacity: int, pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor, int]:
-    """Link with ``qr-<r>[-k<k>]``; returns (last logits ``(V,)``, cache, recomputed ``(N,)`` bool,
-    rows forwarded over both passes).
+class QueryGuided(Linker):
+    """``qr-<r>[-k<k>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
 
-    ``ids``: the prompt's ``(N,)`` host ids; ``first``: ``(N,)`` bool CPU mask of the first
-    pass (``legolink-k``'s rows).
-    Raises:
-        LinkError: the model does not run ragpic's attention, so the probe sees nothing.
-    """
-    if not lm.banded_attention:
-        raise LinkError(f"{method.name} reads the question's attention inside ragpic's attention function, "
-                        "which this model does not run: load it with ragpic.load_model (or "
-                        "wrap_model(..., banded_attention=True)), or pick legolink-16 or cacheblend-15")
-    n = ids.numel()
-    cache = new_cache(lm, capacity, pool)
-    fill_cached_rows(lm, cache, segments)
-    probe = AttentionProbe(rows=trailing_text_rows(segments))
-    pos1 = first.nonzero().squeeze(1)
-    logits = recompute_rows(lm, cache, ids, pos1, n, probe)
-    scores = probe.scores(int(PROBE_FROM_LAYER * lm.num_layers)).cpu()  # the pass's one sync
-    runs = chunk_spans(segments)
-    chosen = select_spans(scores, runs, method.ratio)
-    if not chosen.any():  # no chunks: the first pass computed every row
-        return logits, cache, first, int(pos1.numel())
-    text = torch.ones(n, dtype=torch.bool)  # uncached rows: everything the runs do not cover
-    for a, b in runs:
-        text[a:b] = False
-    after = torch.arange(n) > int(chosen.nonzero()[0])
-    second = chosen | (text & after)
-    second[-1] = True
-    pos2 = second.nonzero().squeeze(1)
-    logits = recompute_rows(lm, cache, ids, pos2, n)
-    return logits, cache, first | second, int(pos1.numel() + pos2.numel())
+    pieces_ok = False
 
+    def layer_rows(self, segments: Sequence[Segment], num_layers: int) -> list[list[tuple[int, float]]]:
+        """The first pass, then ``r`` of the chunk tokens (counted as spread evenly: the choice
+        depends on the data) and the question again."""
+        first = super().layer_rows(segments, num_layers)
+        n = sum(s.num_tokens for s in segments)
+        chunk = (~Linker(parse_method("naive")).recompute(segments)).nonzero().squeeze(1).double() + 1
+        tail = trailing_text_rows(segments)
+        second = (math.ceil(self.method.ratio * chunk.numel()) + tail,
+                  self.method.ratio * float(chunk.sum()) + tail * (n - (tail - 1) / 2))
+        return first + [[second] * num_layers]
+
+    def run_whole(self, lm: LoadedModel, segments: Sequence[Segment], ids: torch.Tensor, rec: torch.Tensor,
+                  cache: LinkedCache) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Returns (last logits ``(V,)``, recomputed ``(N,)`` bool, rows forwarded over both passes).
+
+        ``ids``: the prompt's ``(N,)`` host ids; ``rec``: ``(N,)`` bool CPU mask of the first
+        pass (``legolink-k``'s rows).
+        Raises:
+            LinkError: the model does not run ragpic's attention, so the probe sees nothing.
+        """
+        if not uses_banded_attention(lm.model):
+            raise LinkError(f"{self.name} reads the question's attention inside ragpic's attention function, "
+                            "which this model does not run: load it with ragpic.load_model (or "
+                            "wrap_model(..., banded_attention=True)), or pick legolink-16 or cacheblend-15")
+        n, first = ids.numel(), rec
+        probe = AttentionProbe(rows=trailing_text_rows(segments))
+        pos1 = first.nonzero().squeeze(1)
+        logits = recompute_rows(lm, cache, ids, pos1, n, probe)
+        scores = probe.scores(int(PROBE_FROM_LAYER * lm.num_layers)).cpu()  # the pass's one sync
+        runs = chunk_spans(segments)
+        chosen = select_spans(scores, runs, self.method.ratio)
+        if not chosen.any():  # no chunks: the first pass computed every row
+            return logits, first, int(pos1.numel())
+        text = torch.ones(n, dtype=torch.bool)  # uncached rows: everything the runs do not cover
+        for a, b in runs:
+            text[a:b] = False
+        after = torch.arange(n) > int(chosen.nonzero()[0])
+        second = chosen | (text & after)
+        second[-1] = True
+        pos2 = second.nonzero().squeeze(1)
+        logits = recompute_rows(lm, cache, ids, pos2, n)
+        return logits, first | second, int(pos1.numel() + pos2.numel())

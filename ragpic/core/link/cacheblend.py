@@ -12,7 +12,9 @@ CacheBlend picks the tokens to recompute per prompt rather than by position:
 
 Layers 0 and 1 attend over the whole prompt, so this step costs ``2/L`` of a full prefill
 (and, where SDPA's causal kernel cannot be used, an ``N x N`` mask: the memory behaviour
-the EPIC paper contrasts with LegoLink).
+the EPIC paper contrasts with LegoLink). The selection needs layer 1 of every token before
+layer 2 of any, so the decoder loop is unrolled here (one :class:`~ragpic.core.forward.Step`
+for layers 0-1, one for the rest) rather than run as one model forward, and the link runs whole.
 """
 
 from __future__ import annotations
@@ -22,17 +24,18 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.cache_fill import fill_cached_rows, new_cache
-from ragpic.core.forward import cache_kwarg, layer_forward, step_inputs
+from ragpic.core.forward import layer_forward, step_inputs
+from ragpic.core.link.plan import Linker
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
-from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.core.segments import Segment
 
-__all__ = ["cacheblend_link", "select_tokens"]
+__all__ = ["CacheBlend", "select_tokens"]
 
 _CHECK_LAYER = 1
+FULL_LAYERS = _CHECK_LAYER + 1
+"""Layers every token goes through (0 and 1)."""
 
 
 def select_tokens(deviation: torch.Tensor, must: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -54,44 +57,65 @@ def select_tokens(deviation: torch.Tensor, must: torch.Tensor, ratio: float) -> 
     return torch.cat((fixed, ranked.topk(k).indices)).sort().values
 
 
-@torch.inference_mode()
-def cacheblend_link(lm: LoadedModel, ids: torch.Tensor, segments: Sequence[Segment], must: torch.Tensor,
-                    ratio: float, capacity: int,
-                    pool: SlabPool | None = None) -> tuple[torch.Tensor, LinkedCache, torch.Tensor]:
-    """Link with CacheBlend-``ratio``; returns (last logits ``(V,)``, cache, recomputed ``(N,)`` bool).
+class CacheBlend(Linker):
+    """``cacheblend-r``: its recompute mask is the rows every method recomputes (uncached text,
+    the last token); the rest of its selection is made while it runs, so it runs whole."""
+
+    pieces_ok = False
+
+    def layer_rows(self, segments: Sequence[Segment], num_layers: int) -> list[list[tuple[int, float]]]:
+        """Layers 0-1 see every token; deeper ones the fixed rows plus ``r`` of the chunk tokens,
+        counted as spread evenly (the selection depends on the data)."""
+        rec = self.recompute(segments)
+        n = rec.numel()
+        pos = rec.nonzero().squeeze(1).double() + 1
+        cand = (~rec).nonzero().squeeze(1).double() + 1
+        deep = (int(rec.sum()) + math.ceil(self.method.ratio * cand.numel()),
+                float(pos.sum()) + self.method.ratio * float(cand.sum()))
+        full = min(FULL_LAYERS, num_layers)
+        return [[(n, n * (n + 1) / 2)] * full + [deep] * (num_layers - full)]
+
+    def run_whole(self, lm: LoadedModel, segments: Sequence[Segment], ids: torch.Tensor, rec: torch.Tensor,
+                  cache: LinkedCache) -> tuple[torch.Tensor, torch.Tensor, int]:
+        logits, rec = cacheblend_rows(lm, to_device(ids, lm.device), rec, self.method.ratio, cache)
+        return logits, rec, int(rec.sum())
+
+
+def cacheblend_rows(lm: LoadedModel, ids: torch.Tensor, must: torch.Tensor, ratio: float,
+                    cache: LinkedCache) -> tuple[torch.Tensor, torch.Tensor]:
+    """Link with CacheBlend-``ratio`` into ``cache`` (its cached rows written); returns (last
+    logits ``(V,)``, recomputed ``(N,)`` bool).
 
     ``ids``: ``(N,)`` on the model's device; ``must``: ``(N,)`` bool on the CPU, the tokens every
     method recomputes (uncached text and the last token). The returned mask (CPU) is what
     went through the deep layers (layers 0-1 saw everything).
 
-    Step inputs are built twice per link, not per layer: once for layers 0-1 over every token
+    Steps are built twice per link, not per layer: once for layers 0-1 over every token
     (SDPA's causal kernel, no ``N x N`` mask, when the model allows it) and once for the
-    selected tokens; reading the selection back to the host (for their bands) is the one sync.
+    selected tokens; reading the selection back to the host (for their plan) is the one sync.
     """
     base = lm.model.model
     n = ids.numel()
-    cache = new_cache(lm, capacity, pool)
-    fill_cached_rows(lm, cache, segments)
-    kwarg = cache_kwarg(base.layers[0])
     sel = torch.arange(n, device=lm.device)
     hidden = base.embed_tokens(ids[None])
-    inputs = step_inputs(lm, cache, sel, n, kwarg, host_positions=torch.arange(n), causal=True)
+    step = step_inputs(lm, sel, n, host_positions=torch.arange(n), causal=True)
     rotary = base.rotary_emb(hidden, sel[None])
     sel_host = None
     for i, layer in enumerate(base.layers):
         if i == _CHECK_LAYER:
             cached_v = cache.value_slab[i, 0, :, :n].float().clone()
-        hidden = layer_forward(layer, hidden, rotary, inputs)
+        hidden = layer_forward(layer, hidden, rotary, cache, step)
         if i == _CHECK_LAYER:
             fresh_v = cache.value_slab[i, 0, :, :n].float()
             deviation = (fresh_v - cached_v).pow(2).sum(dim=(0, 2))  # (N,)
             sel = select_tokens(deviation, must, ratio)
             sel_host = sel.cpu()
             hidden = hidden[:, sel]
-            inputs = step_inputs(lm, cache, sel, n, kwarg, host_positions=sel_host)
+            step = step_inputs(lm, sel, n, host_positions=sel_host)
             rotary = base.rotary_emb(hidden, sel[None])
+    cache.length = n
     hidden = base.norm(hidden[:, -1:])
     logits = lm.model.lm_head(hidden)[0, -1].float()
     rec = torch.zeros(n, dtype=torch.bool)
     rec[sel_host if sel_host is not None else torch.arange(n)] = True
-    return logits, cache, rec
+    return logits, rec
