@@ -40,6 +40,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="most prompt rows a new request's link recomputes between two decode steps of the "
                         "running ones (0: link whole; default 512)")
     p.add_argument("--max-body-mb", type=at_least(1), default=4, help="largest request body (default 4 MiB)")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to send a request's headers (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request body may go without a byte before a 408 (default 30)")
+    p.add_argument("--shutdown-grace", type=float, default=30.0,
+                   help="on SIGTERM/SIGINT: seconds running requests get to finish while new ones get 503; "
+                        "what still runs then ends with an error (default 30)")
+    p.add_argument("--docs", action="store_true",
+                   help="serve /docs, /redoc and /openapi.json (behind --api-key when set; off by default)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda:0...")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
@@ -62,6 +71,10 @@ def check(args: argparse.Namespace) -> None:
         logging.getLogger("ragpic.serve").warning("listening on %s without --api-key", args.host)
     if args.port > 65535:
         raise UsageError(f"--port {args.port}: must be at most 65535")
+    for flag in ("header_timeout", "body_timeout", "shutdown_grace"):
+        value = getattr(args, flag)
+        if not (value >= 0 and value < float("inf")):
+            raise UsageError(f"--{flag.replace('_', '-')} {value}: must be a number of seconds >= 0")
 
 
 def default_store() -> str:
@@ -77,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from ragpic.config import Config
     from ragpic.engine.engine import RagPic
     from ragpic.serve.app import ServeSettings, create_app
+    from ragpic.serve.server import GracefulServer, protocol_with_header_timeout
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
@@ -84,9 +98,13 @@ def run(args: argparse.Namespace) -> int:
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_key=args.api_key,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,
-                             link_piece=args.link_piece or None)
+                             link_piece=args.link_piece or None, body_timeout=args.body_timeout or None,
+                             docs=args.docs)
     app = create_app(engine, settings)
     print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    http = protocol_with_header_timeout(args.header_timeout) if args.header_timeout else "h11"
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=http,
+                            timeout_graceful_shutdown=5)
+    GracefulServer(config, app.state.scheduler, args.shutdown_grace).run()
     engine.close()
     return 0

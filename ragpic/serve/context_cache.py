@@ -17,7 +17,7 @@ import asyncio
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse
 
-from ragpic.serve.bodies import BadRequest
+from ragpic.serve.bodies import BadRequest, quote
 
 __all__ = ["add_cache_routes", "texts_of"]
 
@@ -79,7 +79,7 @@ def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_o
     async def _one(cache_id: str) -> str:
         found = await asyncio.to_thread(texts_of, engine, [cache_id])
         if cache_id not in found:
-            raise BadRequest(f"unknown cache id {cache_id!r}", status=404, param="id", code="cache_id_not_found")
+            raise BadRequest(f"unknown cache id {quote(cache_id)}", status=404, param="id", code="cache_id_not_found")
         return found[cache_id]
 
     @app.get("/v1/context_cache/{cache_id}")

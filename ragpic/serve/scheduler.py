@@ -5,9 +5,16 @@ most one waiting request into linking; run one piece of that link, at most ``lin
 recomputed rows (so the running requests wait for one piece, never for a whole ``full``
 prefill or a queue of links; with nobody running, the link runs whole); drop cancelled jobs;
 then one decode forward for every running request (continuous batching, vLLM-style: a
-request joins the batch the step after its link and leaves it when it finishes). Requests
-beyond ``max_batch`` running (the one being linked counts) wait, in arrival order, in a queue
-of at most ``max_queue``; past that :meth:`Scheduler.submit` raises :class:`QueueFull` (HTTP 429).
+request joins the batch the step after its link and leaves it when it finishes).
+
+Admission: a request that finds a free batch slot (``max_batch`` less the running, linking
+and matching ones) is admitted at once, even if it waits a few turns for its link; only
+requests beyond the batch count against ``max_queue``, so a burst of ``max_batch +
+max_queue`` from idle is accepted whole; past that :meth:`Scheduler.submit` raises
+:class:`QueueFull` (HTTP 429). A cancelled job (its client left) is dropped wherever it is:
+waiting, being linked or decoding. :meth:`drain` refuses new jobs (:class:`ShuttingDown`,
+HTTP 503); :meth:`abort` ends every job still there with that error (the end of a shutdown
+grace period).
 
 A request that fails (bad prompt, store error, anything) gets its error as an event; the
 loop goes on. A failed batched step fails the requests in it, not the server.
@@ -29,13 +36,17 @@ from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.running import Linking, Running, begin, start, step
 
-__all__ = ["QueueFull", "Scheduler"]
+__all__ = ["QueueFull", "Scheduler", "ShuttingDown"]
 
 log = logging.getLogger("ragpic.serve")
 
 
 class QueueFull(Exception):
     """The wait queue holds ``max_queue`` requests already."""
+
+
+class ShuttingDown(Exception):
+    """The server is shutting down: it takes no new request, and this one ran out of time."""
 
 
 class Scheduler:
@@ -62,6 +73,9 @@ class Scheduler:
         self._linking: Linking | None = None  # the one request being linked, piece by piece
         self._wake = threading.Condition()
         self._stop = False
+        self._draining = False
+        self._abort: ShuttingDown | None = None  # set by abort(): the loop fails every job with it
+        self._matching = 0  # a job being matched against the store (begin), for the gauges
         self._batching = True  # off for good if the model's attention ignores batched steps
         self._thread = threading.Thread(target=self._loop, name="ragpic-scheduler", daemon=True)
 
@@ -77,12 +91,29 @@ class Scheduler:
         self._thread.join(timeout)
 
     def submit(self, job: GenJob) -> None:
-        """Queue ``job``; raises :class:`QueueFull` when ``max_queue`` jobs wait already."""
+        """Queue ``job``; raises :class:`QueueFull` when the batch is full and ``max_queue`` jobs
+        wait beyond it already, :class:`ShuttingDown` after :meth:`drain`."""
         with self._wake:
-            if len(self._waiting) >= self.max_queue:
-                raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue {self.max_queue})")
+            if self._draining:
+                raise ShuttingDown("the server is shutting down: retry on another replica")
+            if len(self._waiting) >= self.max_queue + self._free_slots():
+                raise QueueFull(f"{self.queued} requests are waiting beyond the batch (--max-queue {self.max_queue})")
             self._waiting.append(job)
             self._wake.notify()
+
+    def drain(self) -> None:
+        """Take no new job (running and waiting ones go on)."""
+        with self._wake:
+            self._draining = True
+
+    def abort(self, exc: ShuttingDown) -> None:
+        """End every job still waiting, linking or decoding with ``exc`` (on the loop's next turn)."""
+        with self._wake:
+            self._abort = exc
+            self._wake.notify()
+
+    def _free_slots(self) -> int:
+        return max(0, self.max_batch - len(self._running) - (self._linking is not None) - self._matching)
 
     def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
         """Run ``fn()`` on the scheduler thread between steps (anything that uses the model)."""
@@ -94,11 +125,29 @@ class Scheduler:
 
     @property
     def queued(self) -> int:
-        return len(self._waiting)
+        """Requests waiting beyond the batch (what ``max_queue`` bounds)."""
+        return max(0, len(self._waiting) - self._free_slots())
+
+    @property
+    def matching(self) -> int:
+        return self._matching
+
+    @property
+    def linking(self) -> int:
+        """Requests admitted to the batch whose link runs or has yet to start."""
+        return (self._linking is not None) + min(len(self._waiting), self._free_slots())
+
+    @property
+    def decoding(self) -> int:
+        return len(self._running)
 
     @property
     def active(self) -> int:
-        return len(self._running) + (self._linking is not None)
+        return self.matching + self.linking + self.decoding
+
+    @property
+    def idle(self) -> bool:
+        return not (self._waiting or self._running or self._linking or self._matching)
 
     # -- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -112,14 +161,23 @@ class Scheduler:
     def _turns(self) -> None:
         while True:
             with self._wake:
-                while not (self._stop or self._waiting or self._calls or self._running or self._linking):
+                while not (self._stop or self._abort or self._waiting or self._calls or self._running
+                           or self._linking):
                     self._wake.wait()
                 if self._stop:
                     break
+                aborted, self._abort = self._abort, None
+                gone = [j for j in self._waiting if j.cancelled or aborted]
+                self._waiting = collections.deque(j for j in self._waiting if not (j.cancelled or aborted))
                 call = self._calls.popleft() if self._calls else None
                 free = self._linking is None and len(self._running) < self.max_batch
                 job = self._waiting.popleft() if self._waiting and free else None
+                self._matching = int(job is not None)
+            for j in gone:
+                self._drop(j, aborted)
             try:
+                if aborted:
+                    self._abort_running(aborted)
                 self._turn(call, job)
             except Exception:  # a bookkeeping bug must not stop the server's only model thread
                 log.exception("scheduler turn failed")
@@ -127,7 +185,7 @@ class Scheduler:
     def _turn(self, call, job: GenJob | None) -> None:
         if call is not None:
             self._run_call(*call)
-        if job is not None and not job.cancelled:
+        if job is not None:
             self._begin(job)
         if self._linking is not None:
             self._link_piece()
@@ -145,13 +203,38 @@ class Scheduler:
 
     def _begin(self, job: GenJob) -> None:
         try:
-            self._linking = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece)
+            if job.cancelled:
+                self._drop(job, None)
+            else:
+                self._linking = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece)
         except Exception as exc:
             self._fail(job, exc, where="link")
+        finally:
+            self._matching = 0
+
+    def _drop(self, job: GenJob, aborted: ShuttingDown | None) -> None:
+        """A job that never ran: its client left (cancelled), or the shutdown grace ran out."""
+        if aborted is not None and not job.cancelled:
+            self.metrics.inc("requests", outcome="shutdown")
+            job.send("error", aborted)
+        else:
+            self.metrics.inc("requests", outcome="cancelled")
+
+    def _abort_running(self, exc: ShuttingDown) -> None:
+        if self._linking is not None:
+            linking, self._linking = self._linking, None
+            linking.link.abandon()
+            self._drop(linking.job, exc)
+        for r in list(self._running):
+            self._running.remove(r)
+            self._drop(r.job, exc)
+            self._release(r)
 
     def _link_piece(self) -> None:
-        linking, self._linking = self._linking, None
+        # self._linking stays set until the link ends: it holds a batch slot (admission counts it)
+        linking = self._linking
         if linking.job.cancelled:
+            self._linking = None
             linking.link.abandon()
             self.metrics.inc("requests", outcome="cancelled")
             return
@@ -160,10 +243,10 @@ class Scheduler:
             while not linking.link.advance() and not self._running:
                 pass
             if not linking.link.done:
-                self._linking = linking
                 return
             run = start(self.engine, linking)
         except Exception as exc:
+            self._linking = None
             linking.link.abandon()
             if linking.link.result is not None:  # linked, but no running request took the cache
                 self.pool.release(linking.link.result.cache)
@@ -174,6 +257,7 @@ class Scheduler:
             self._finish(run)
         else:
             self._running.append(run)
+        self._linking = None  # after the append: the slot passes from linking to running
 
     def _count_link(self, run: Running) -> None:
         m, g = self.metrics, run.result
