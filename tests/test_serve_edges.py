@@ -235,3 +235,44 @@ def test_counters_add_up(client):
         assert re.search(rf"^{gauge} \d+$", text, re.M), gauge
     health = client.get("/health").json()
     assert {"matching", "linking", "decoding", "queued", "active"} <= set(health)
+
+
+def wait_for(pred, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_shutdown_grace_ends_every_request_cleanly(home):
+    s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-grace"),
+               "--max-batch", "1", "--max-prompt-tokens", "700", "--shutdown-grace", "1", home=home)
+    got: dict = {}
+    try:
+        with s.client() as c, s.client() as c2:
+            def stream_a():  # runs ~4 s: past the grace
+                with c.stream("POST", "/v1/chat/completions", json={**long_body(600), "stream": True}) as r:
+                    got["a"] = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
+
+            def whole_b():  # waits behind A (max_batch 1) until the grace ends
+                got["b"] = c2.post("/v1/chat/completions", json=long_body(5))
+
+            a = threading.Thread(target=stream_a)
+            a.start()
+            wait_for(lambda: c2.get("/health").json()["decoding"] == 1)
+            b = threading.Thread(target=whole_b)
+            b.start()
+            wait_for(lambda: httpx.get(s.url + "/health").json()["queued"] == 1)
+            s.proc.terminate()
+            time.sleep(0.3)
+            late = httpx.post(s.url + "/v1/chat/completions", json=body())  # the port stays open
+            assert late.status_code == 503 and late.headers["retry-after"] == "1", late.text
+            assert late.json()["error"]["code"] == "shutting_down"
+            a.join(30)
+            b.join(30)
+        assert got["a"][-1] == "[DONE]" and json.loads(got["a"][-2])["error"]["code"] == "shutting_down", got["a"][-3:]
+        assert got["b"].status_code == 503 and got["b"].json()["error"]["code"] == "shutting_down", got["b"].text
+        assert s.proc.wait(timeout=30) == 0
+        assert "Exception in ASGI application" not in s.output() and "Traceback" not in s.output()
+    finally:
+        s.stop()

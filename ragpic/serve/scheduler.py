@@ -269,6 +269,7 @@ class Scheduler:
         m.inc("prompt_tokens", g.prompt_tokens)
         m.inc("cached_tokens", g.cached_tokens)
         m.inc("recomputed_tokens", g.recomputed_tokens)
+        m.inc("link_rows", run.link_rows)
 
     def _step(self) -> None:
         runs = list(self._running)
