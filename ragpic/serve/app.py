@@ -45,13 +45,16 @@ class ServeSettings:
     docs: bool = False
 
 
+_GAUGES = {"queue_depth": ("queued", "requests waiting beyond the batch (bounded by --max-queue)"),
+           "requests_matching": ("matching", "requests being matched against the store"),
+           "requests_linking": ("linking", "requests admitted to the batch, linking or waiting for their link"),
+           "requests_decoding": ("decoding", "requests being decoded"),
+           "active_requests": ("active", "requests being matched, linked or decoded")}
+
+
 def _gauges(metrics: Metrics, sched: Scheduler) -> None:
-    metrics.gauges.update(
-        queue_depth=("requests waiting beyond the batch (bounded by --max-queue)", lambda: sched.queued),
-        requests_matching=("requests being matched against the store", lambda: sched.matching),
-        requests_linking=("requests admitted to the batch, linking or waiting for their link", lambda: sched.linking),
-        requests_decoding=("requests being decoded", lambda: sched.decoding),
-        active_requests=("requests being matched, linked or decoded", lambda: sched.active))
+    for name, (key, doc) in _GAUGES.items():
+        metrics.gauges[name] = (doc, lambda key=key: sched.gauges()[key])
 
 
 class Guard:
@@ -112,8 +115,7 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
-        return {"status": "ok", "model": settings.model_id, "active": sched.active, "queued": sched.queued,
-                "matching": sched.matching, "linking": sched.linking, "decoding": sched.decoding}
+        return {"status": "ok", "model": settings.model_id, **sched.gauges()}
 
     @app.get("/metrics")
     async def metrics_text():

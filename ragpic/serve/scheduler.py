@@ -26,7 +26,6 @@ import collections
 import concurrent.futures
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 import torch
@@ -34,19 +33,12 @@ import torch
 from ragpic.core.ops.slab_pool import SlabPool
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
+from ragpic.serve.outcomes import QueueFull, ShuttingDown, count_link, dropped, failed, finished, wait_idle
 from ragpic.serve.running import Linking, Running, begin, start, step
 
-__all__ = ["QueueFull", "Scheduler", "ShuttingDown"]
+__all__ = ["QueueFull", "Scheduler", "ShuttingDown", "wait_idle"]
 
 log = logging.getLogger("ragpic.serve")
-
-
-class QueueFull(Exception):
-    """The wait queue holds ``max_queue`` requests already."""
-
-
-class ShuttingDown(Exception):
-    """The server is shutting down: it takes no new request, and this one ran out of time."""
 
 
 class Scheduler:
@@ -97,7 +89,7 @@ class Scheduler:
             if self._draining:
                 raise ShuttingDown("the server is shutting down: retry on another replica")
             if len(self._waiting) >= self.max_queue + self._free_slots():
-                raise QueueFull(f"{self.queued} requests are waiting beyond the batch (--max-queue {self.max_queue})")
+                raise QueueFull(f"{self.gauges()['queued']} requests are waiting beyond the batch (--max-queue {self.max_queue})")
             self._waiting.append(job)
             self._wake.notify()
 
@@ -123,27 +115,15 @@ class Scheduler:
             self._wake.notify()
         return fut
 
-    @property
-    def queued(self) -> int:
-        """Requests waiting beyond the batch (what ``max_queue`` bounds)."""
-        return max(0, len(self._waiting) - self._free_slots())
-
-    @property
-    def matching(self) -> int:
-        return self._matching
-
-    @property
-    def linking(self) -> int:
-        """Requests admitted to the batch whose link runs or has yet to start."""
-        return (self._linking is not None) + min(len(self._waiting), self._free_slots())
-
-    @property
-    def decoding(self) -> int:
-        return len(self._running)
-
-    @property
-    def active(self) -> int:
-        return self.matching + self.linking + self.decoding
+    def gauges(self) -> dict[str, int]:
+        """Requests by state: ``queued`` (beyond the batch: what ``max_queue`` bounds),
+        ``matching`` (against the store), ``linking`` (admitted to the batch, link running or
+        to start), ``decoding``, and ``active`` (matching + linking + decoding)."""
+        free = self._free_slots()
+        out = {"queued": max(0, len(self._waiting) - free), "matching": self._matching,
+               "linking": (self._linking is not None) + min(len(self._waiting), free), "decoding": len(self._running)}
+        out["active"] = out["matching"] + out["linking"] + out["decoding"]
+        return out
 
     @property
     def idle(self) -> bool:
@@ -174,7 +154,7 @@ class Scheduler:
                 job = self._waiting.popleft() if self._waiting and free else None
                 self._matching = int(job is not None)
             for j in gone:
-                self._drop(j, aborted)
+                dropped(self.metrics, j, aborted)
             try:
                 if aborted:
                     self._abort_running(aborted)
@@ -204,30 +184,22 @@ class Scheduler:
     def _begin(self, job: GenJob) -> None:
         try:
             if job.cancelled:
-                self._drop(job, None)
+                dropped(self.metrics, job, None)
             else:
                 self._linking = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece)
         except Exception as exc:
-            self._fail(job, exc, where="link")
+            failed(self.metrics, job, exc, where="link")
         finally:
             self._matching = 0
-
-    def _drop(self, job: GenJob, aborted: ShuttingDown | None) -> None:
-        """A job that never ran: its client left (cancelled), or the shutdown grace ran out."""
-        if aborted is not None and not job.cancelled:
-            self.metrics.inc("requests", outcome="shutdown")
-            job.send("error", aborted)
-        else:
-            self.metrics.inc("requests", outcome="cancelled")
 
     def _abort_running(self, exc: ShuttingDown) -> None:
         if self._linking is not None:
             linking, self._linking = self._linking, None
             linking.link.abandon()
-            self._drop(linking.job, exc)
+            dropped(self.metrics, linking.job, exc)
         for r in list(self._running):
             self._running.remove(r)
-            self._drop(r.job, exc)
+            dropped(self.metrics, r.job, exc)
             self._release(r)
 
     def _link_piece(self) -> None:
@@ -236,7 +208,7 @@ class Scheduler:
         if linking.job.cancelled:
             self._linking = None
             linking.link.abandon()
-            self.metrics.inc("requests", outcome="cancelled")
+            dropped(self.metrics, linking.job, None)
             return
         try:
             # One piece while others decode; with nobody decoding there is no one to wait for.
@@ -250,26 +222,14 @@ class Scheduler:
             linking.link.abandon()
             if linking.link.result is not None:  # linked, but no running request took the cache
                 self.pool.release(linking.link.result.cache)
-            self._fail(linking.job, exc, where="link")
+            failed(self.metrics, linking.job, exc, where="link")
             return
-        self._count_link(run)
+        count_link(self.metrics, run)
         if run.done:  # finished at its first token
             self._finish(run)
         else:
             self._running.append(run)
         self._linking = None  # after the append: the slot passes from linking to running
-
-    def _count_link(self, run: Running) -> None:
-        m, g = self.metrics, run.result
-        m.observe("link", g.link_s)
-        if g.method != "full":  # full links no stored KV: neither a hit nor a miss
-            m.inc("cache_hits", g.chunks_loaded)
-            m.inc("cache_misses", max(0, g.chunks_matched - g.chunks_loaded))
-        m.inc("chunks_compiled", g.chunks_compiled)
-        m.inc("prompt_tokens", g.prompt_tokens)
-        m.inc("cached_tokens", g.cached_tokens)
-        m.inc("recomputed_tokens", g.recomputed_tokens)
-        m.inc("link_rows", run.link_rows)
 
     def _step(self) -> None:
         runs = list(self._running)
@@ -281,7 +241,7 @@ class Scheduler:
         except Exception as exc:
             for r in runs:
                 self._running.remove(r)
-                self._fail(r.job, exc, where="decode")
+                failed(self.metrics, r.job, exc, where="decode")
                 self._release(r)
             return
         self.metrics.inc("decode_steps")
@@ -292,36 +252,16 @@ class Scheduler:
                 self._finish(r)
 
     def _finish(self, run: Running) -> None:
-        self.metrics.observe("ttft", run.result.ttft_s)
-        self.metrics.inc("generated_tokens", len(run.result.token_ids))
-        self.metrics.inc("requests", outcome="ok")
-        run.job.send("done", run.result)
+        finished(self.metrics, run)
         self._release(run)
 
     def _drop_cancelled(self) -> None:
         for r in [r for r in self._running if r.job.cancelled]:
             self._running.remove(r)
-            self.metrics.inc("requests", outcome="cancelled")
+            dropped(self.metrics, r.job, None)
             self._release(r)
 
     def _release(self, run: Running) -> None:
         if run.cache is not None:
             self.pool.release(run.cache)
             run.cache = None
-
-    def _fail(self, job: GenJob, exc: Exception, *, where: str) -> None:
-        bad_request = isinstance(exc, ValueError)  # ragpic's input errors subclass ValueError
-        if not bad_request:
-            log.exception("request failed in %s", where)
-        self.metrics.inc("requests", outcome="bad_request" if bad_request else "error")
-        job.send("error", exc)
-
-
-def wait_idle(scheduler: Scheduler, timeout: float = 10.0) -> bool:
-    """Wait until nothing runs or waits (tests); True when idle."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not scheduler.queued and not scheduler.active:
-            return True
-        time.sleep(0.01)
-    return False
