@@ -44,6 +44,8 @@ def error_of(exc: BaseException, field: str = "max_tokens") -> JSONResponse:
         return error_response(exc.status, str(exc), param=exc.param, code=exc.code)
     if isinstance(exc, ShuttingDown):
         return busy(503, str(exc), "shutting_down")
+    if isinstance(exc, ClientGone):  # nobody reads this answer: no log, nginx's "client closed request"
+        return error_response(499, str(exc), code="client_closed_request")
     text = str(exc).replace("max_new_tokens", field)[:MAX_MESSAGE]
     if isinstance(exc, ContextOverflowError):
         return error_response(400, text, param="messages", code="context_length_exceeded")
@@ -173,9 +175,14 @@ class Completions:
             job.cancelled = True  # finished, or the client went away mid-stream
 
 
+class ClientGone(Exception):
+    """The client closed its connection before the answer (its job is dropped)."""
+
+
 async def _cancel_on_disconnect(request: Request, job: GenJob) -> None:
-    """Wait for the client to go away (the body is read: the next message is the disconnect)."""
+    """Wait for the client to go away (the body is read: the next message is the disconnect),
+    then cancel the job and wake its handler (the scheduler drops a cancelled job silently)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
     job.cancelled = True
-    job.send("error", ConnectionAbortedError("the client went away"))
+    job.send("error", ClientGone("the client went away"))

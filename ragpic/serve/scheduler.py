@@ -1,23 +1,15 @@
 """The scheduler thread: it owns the model and interleaves links with batched decode steps.
 
-Each turn of its loop: run a queued model call (``/v1/context_cache`` compiles); take at
-most one waiting request into linking; run one piece of that link, at most ``link_piece``
-recomputed rows (so the running requests wait for one piece, never for a whole ``full``
-prefill or a queue of links; with nobody running, the link runs whole); drop cancelled jobs;
-then one decode forward for every running request (continuous batching, vLLM-style: a
-request joins the batch the step after its link and leaves it when it finishes).
-
-Admission: a request that finds a free batch slot (``max_batch`` less the running, linking
-and matching ones) is admitted at once, even if it waits a few turns for its link; only
-requests beyond the batch count against ``max_queue``, so a burst of ``max_batch +
-max_queue`` from idle is accepted whole; past that :meth:`Scheduler.submit` raises
-:class:`QueueFull` (HTTP 429). A cancelled job (its client left) is dropped wherever it is:
-waiting, being linked or decoding. :meth:`drain` refuses new jobs (:class:`ShuttingDown`,
-HTTP 503); :meth:`abort` ends every job still there with that error (the end of a shutdown
-grace period).
-
-A request that fails (bad prompt, store error, anything) gets its error as an event; the
-loop goes on. A failed batched step fails the requests in it, not the server.
+Each turn: run a queued model call (``/v1/context_cache`` compiles); take at most one
+waiting request into linking; run one piece of that link, at most ``link_piece`` recomputed
+rows (with nobody running, the whole link); drop cancelled jobs; then one decode forward for
+every running request (continuous batching: a request joins the batch the step after its
+link and leaves it when it finishes). Admission (docs/SERVING.md, *Admission*): a request
+that finds a free batch slot is admitted at once, only requests beyond the batch count
+against ``max_queue`` (past it :class:`QueueFull`, HTTP 429). A cancelled job is dropped
+wherever it is. :meth:`Scheduler.drain` refuses new jobs (:class:`ShuttingDown`, HTTP 503);
+:meth:`Scheduler.abort` ends every job still there with that error. A request that fails
+gets its error as an event and the loop goes on; a failed batched step fails its requests.
 """
 
 from __future__ import annotations
