@@ -277,3 +277,50 @@ def test_shutdown_grace_ends_every_request_cleanly(home):
         assert "Exception in ASGI application" not in s.output() and "Traceback" not in s.output()
     finally:
         s.stop()
+
+
+def test_tenants_see_only_their_own_ids(home):
+    (home / "keys.txt").write_text("# namespace key\nalice key-a\nbob key-b\nbob key-b2\n")
+    s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-tenants"),
+               "--api-keys", str(home / "keys.txt"), home=home)
+    try:
+        a, b, b2 = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a", "key-b", "key-b2"))
+        with a, b, b2, s.client(headers=AUTH) as stranger:
+            assert stranger.get("/v1/models").status_code == 401
+            text = SENTENCES[0]
+            da = a.post("/v1/context_cache", json={"texts": [text]}).json()["data"][0]
+            assert da["compiled"] is True
+            # bob stores the same text: a new id, and "compiled" does not reveal that alice had it
+            db = b.post("/v1/context_cache", json={"texts": [text]}).json()["data"][0]
+            assert db["compiled"] is True and db["id"] != da["id"]
+            assert b2.get(f"/v1/context_cache/{db['id']}").json()["text"] == text  # bob's other key
+            for c, other in ((b, da["id"]), (a, db["id"])):
+                assert c.get(f"/v1/context_cache/{other}").status_code == 404
+                assert c.delete(f"/v1/context_cache/{other}").status_code == 404
+                r = c.post("/v1/chat/completions", json=body(cache_ids=[other]))
+                assert r.status_code == 404 and r.json()["error"]["param"] == "cache_ids"
+            assert b.delete(f"/v1/context_cache/{db['id']}").json()["deleted"] is True
+            assert b.get(f"/v1/context_cache/{db['id']}").status_code == 404
+            # alice's reference keeps the shared KV: her id still reads and links from the store
+            assert a.get(f"/v1/context_cache/{da['id']}").json()["text"] == text
+            r = a.post("/v1/chat/completions", json=body(cache_ids=[da["id"]], messages=[
+                {"role": "user", "content": f"{text}\n\nq: why?"}]))
+            assert r.status_code == 200 and r.json()["ragpic"]["chunks_loaded"] == 1, r.text[:300]
+            assert a.delete(f"/v1/context_cache/{da['id']}").json()["deleted"] is True
+            assert a.get(f"/v1/context_cache/{da['id']}").status_code == 404
+            again = b.post("/v1/context_cache", json={"texts": [text]}).json()["data"][0]
+            assert again["id"] == db["id"] and again["compiled"] is True  # the last reference went: stored anew
+    finally:
+        s.stop()
+
+
+def test_cli_checks_tenant_and_timeout_flags(capsys, tmp_path):
+    from ragpic.cli import main
+
+    assert main(["serve", "--api-keys", str(tmp_path / "nope")]) == 2
+    (tmp_path / "bad").write_text("alice key-a extra\n")
+    assert main(["serve", "--api-keys", str(tmp_path / "bad")]) == 2
+    assert main(["serve", "--body-timeout", "-1"]) == 2
+    assert main(["serve", "--shutdown-grace", "nan"]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "expected 'NAMESPACE KEY'" in err and "--body-timeout" in err and "--shutdown-grace" in err

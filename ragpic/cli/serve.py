@@ -29,8 +29,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--method", type=method_name, default="legolink-16", help="link method (default legolink-16)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=at_least(0), default=8000, help="port (default 8000)")
-    p.add_argument("--api-key", default=os.environ.get("RAGPIC_API_KEY"),
-                   help="require Authorization: Bearer KEY (default: $RAGPIC_API_KEY, else none)")
+    p.add_argument("--api-key", action="append", default=None,
+                   help="require Authorization: Bearer KEY (default: $RAGPIC_API_KEY, else none); repeat it for "
+                        "several keys, each its own namespace of context-cache ids (key1, key2...)")
+    p.add_argument("--api-keys", default=None, metavar="FILE",
+                   help="tenants: a file of 'NAMESPACE KEY' lines; each namespace sees only its own "
+                        "context-cache ids")
     p.add_argument("--max-queue", type=at_least(0), default=64, help="requests waiting beyond the batch; "
                                                                      "more get HTTP 429 (default 64)")
     p.add_argument("--max-batch", type=at_least(1), default=8, help="requests decoded together (1: one at a time)")
@@ -67,7 +71,8 @@ def check(args: argparse.Namespace) -> None:
     need_module("uvicorn", "ragpic serve", "serve")
     if args.store and args.store.startswith("redis"):
         need_module("redis", "--store redis://", "redis")
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+    args.keys = api_keys(args)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.keys:
         logging.getLogger("ragpic.serve").warning("listening on %s without --api-key", args.host)
     if args.port > 65535:
         raise UsageError(f"--port {args.port}: must be at most 65535")
@@ -75,6 +80,24 @@ def check(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if not (value >= 0 and value < float("inf")):
             raise UsageError(f"--{flag.replace('_', '-')} {value}: must be a number of seconds >= 0")
+
+
+def api_keys(args: argparse.Namespace) -> dict[str, str]:
+    """``key -> namespace`` from ``--api-keys FILE`` and the ``--api-key`` flags (one key: one
+    namespace, as before; each repeated key gets its own)."""
+    from ragpic.cli.args import UsageError
+    from ragpic.serve.tenants import read_keys_file
+
+    keys: dict[str, str] = {}
+    if args.api_keys:
+        try:
+            keys.update(read_keys_file(args.api_keys))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--api-keys {args.api_keys}: {exc}") from None
+    flags = args.api_key or ([os.environ["RAGPIC_API_KEY"]] if os.environ.get("RAGPIC_API_KEY") else [])
+    for n, key in enumerate(flags, 1):
+        keys.setdefault(key, "default" if len(flags) == 1 else f"key{n}")
+    return keys
 
 
 def default_store() -> str:
@@ -95,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
                            device=args.device, dtype=args.dtype))
-    settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_key=args.api_key,
+    settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,
                              link_piece=args.link_piece or None, body_timeout=args.body_timeout or None,

@@ -23,6 +23,7 @@ from ragpic.serve.context_cache import add_cache_routes
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.responses import error_response
 from ragpic.serve.scheduler import Scheduler
+from ragpic.serve.tenants import Tenants
 
 __all__ = ["ServeSettings", "create_app"]
 
@@ -32,10 +33,12 @@ class ServeSettings:
     """Server limits. ``model_id``: the name clients pass as ``model`` (the loaded model's name is
     accepted too); ``max_prompt_tokens`` None: the model's context window; ``link_piece``: most
     rows a link recomputes between two decode steps (None: links run whole); ``body_timeout``:
-    seconds a body may go without a byte (408); ``docs``: serve /docs, /redoc, /openapi.json."""
+    seconds a body may go without a byte (408); ``docs``: serve /docs, /redoc, /openapi.json;
+    ``api_keys``: several keys, each mapped to a namespace (:mod:`.tenants`)."""
 
     model_id: str
     api_key: str | None = None
+    api_keys: dict[str, str] | None = None  # key -> namespace (tenants); api_key joins as "default"
     max_batch: int = 8
     max_queue: int = 64
     max_body_bytes: int = 4 << 20
@@ -63,8 +66,8 @@ class Guard:
     load balancers probe it without a key). Pure ASGI so the handlers' own ``receive`` still
     sees the client's disconnect."""
 
-    def __init__(self, app, api_key: str | None):
-        self.app, self.api_key = app, api_key
+    def __init__(self, app, tenants: Tenants):
+        self.app, self.tenants = app, tenants
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -73,11 +76,13 @@ class Guard:
                 r = error_response(400, "a request must not carry both Content-Length and Transfer-Encoding")
                 r.headers["Connection"] = "close"
                 return await r(scope, receive, send)
-            if (self.api_key and scope["path"] != "/health"
-                    and headers.get(b"authorization") != f"Bearer {self.api_key}".encode()):
+            auth = headers.get(b"authorization")
+            namespace = self.tenants.namespace(auth.decode("latin-1") if auth else None)
+            if namespace is None and scope["path"] != "/health":
                 r = error_response(401, "missing or wrong API key: send Authorization: Bearer <key>",
                                    code="invalid_api_key")
                 return await r(scope, receive, send)
+            scope.setdefault("state", {})["namespace"] = namespace or ""
         await self.app(scope, receive, send)
 
 
@@ -89,7 +94,11 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
                       metrics=metrics)
     _gauges(metrics, sched)
     model_ids = [settings.model_id, engine.lm.name]
-    completions = Completions(engine, sched, model_ids, settings.max_body_bytes, settings.body_timeout)
+    keys = dict(settings.api_keys or {})
+    if settings.api_key:
+        keys.setdefault(settings.api_key, "default")
+    tenants = Tenants(keys)
+    completions = Completions(engine, sched, model_ids, settings.max_body_bytes, settings.body_timeout, tenants)
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -103,7 +112,7 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
     app = FastAPI(title="ragpic serve", lifespan=lifespan, **docs)
     app.state.scheduler, app.state.metrics, app.state.engine = sched, metrics, engine
 
-    app.add_middleware(Guard, api_key=settings.api_key)
+    app.add_middleware(Guard, tenants=tenants)
 
     @app.exception_handler(HTTPException)
     async def http_error(_req, exc: HTTPException):
@@ -144,5 +153,5 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
         return await completions.handle(request, chat=False)
 
     add_cache_routes(app, engine, sched, settings.max_body_bytes,
-                     lambda request, limit: read_json(request, limit, settings.body_timeout), error_of)
+                     lambda request, limit: read_json(request, limit, settings.body_timeout), error_of, tenants)
     return app

@@ -21,11 +21,12 @@ from starlette.responses import JSONResponse, StreamingResponse
 from ragpic.core.methods import parse_method
 from ragpic.errors import ContextOverflowError, RagPicError, StoreError
 from ragpic.serve.bodies import BadRequest, Parsed, parse_body, quote
-from ragpic.serve.context_cache import texts_of
+from ragpic.serve.context_cache import namespace_of, texts_of
 from ragpic.serve.job import GenJob
 from ragpic.serve.reading import read_json
 from ragpic.serve.responses import DONE, Reply, error_response, finish_reason
 from ragpic.serve.scheduler import QueueFull, Scheduler, ShuttingDown
+from ragpic.serve.tenants import Tenants
 
 __all__ = ["Completions", "error_of", "read_json"]
 
@@ -73,20 +74,20 @@ class Completions:
     """
 
     def __init__(self, engine, sched: Scheduler, model_ids: list[str], body_limit: int,
-                 body_timeout: float | None = None):
+                 body_timeout: float | None = None, tenants: Tenants | None = None):
         self.engine, self.sched, self.model_ids, self.body_limit = engine, sched, model_ids, body_limit
-        self.body_timeout = body_timeout
+        self.body_timeout, self.tenants = body_timeout, tenants or Tenants()
 
     async def handle(self, request: Request, chat: bool):
         p = None
         try:
             p = parse_body(await read_json(request, self.body_limit, self.body_timeout), chat=chat)
-            job = await self._job(p)
+            job = await self._job(p, namespace_of(request))
         except Exception as exc:
             return error_of(exc, p.max_tokens_field if p else "max_tokens")
         return await self._answer(request, job, p, Reply(p.model, chat=chat))
 
-    async def _job(self, p: Parsed) -> GenJob:
+    async def _job(self, p: Parsed, namespace: str) -> GenJob:
         if p.model not in self.model_ids:
             raise BadRequest(f"model {quote(p.model)} is not served here: use {self.model_ids[0]!r} "
                              f"(GET /v1/models)", status=404, param="model", code="model_not_found")
@@ -101,12 +102,14 @@ class Completions:
         limit = self.sched.max_prompt_tokens
         if chars > limit * CHARS_PER_TOKEN_MAX:
             raise ContextOverflowError(f"the prompt has {chars} characters, more than {limit} tokens can hold")
-        hints = list(p.hints) + (await self._cached_texts(p.cache_ids) if p.cache_ids else [])
+        hints = list(p.hints) + (await self._cached_texts(namespace, p.cache_ids) if p.cache_ids else [])
         return GenJob(messages=p.messages, prompt=p.prompt, sampling=p.sampling, method=p.method,
                       hints=hints or None, arrived=time.perf_counter()).bind()
 
-    async def _cached_texts(self, ids: list[str]) -> list[str]:
-        found = await asyncio.to_thread(texts_of, self.engine, ids)
+    async def _cached_texts(self, namespace: str, ids: list[str]) -> list[str]:
+        keys = self.tenants.resolve(namespace, ids, "cache_ids")  # 404 for an id of another namespace
+        texts = await asyncio.to_thread(texts_of, self.engine, list(keys.values()))
+        found = {i: texts[k] for i, k in keys.items() if k in texts}
         unknown = [i for i in ids if i not in found]
         if unknown:
             raise BadRequest(f"unknown cache id {quote(unknown[0])}: POST /v1/context_cache returns ids",

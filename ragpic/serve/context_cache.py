@@ -8,6 +8,8 @@
 - ``DELETE /v1/context_cache/{id}``: drop it from the store (404 when absent).
 
 A completion request may then name ``cache_ids``: their texts become the request's hints.
+With several tenants (:mod:`.tenants`) ids are per namespace: each caller sees, reads and
+deletes only its own, and ``compiled`` means "new in the caller's namespace".
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse
 
 from ragpic.serve.bodies import BadRequest, quote
+from ragpic.serve.tenants import Tenants
 
-__all__ = ["add_cache_routes", "texts_of"]
+__all__ = ["add_cache_routes", "namespace_of", "texts_of"]
 
 MAX_TEXTS = 1024
 
@@ -62,7 +65,12 @@ def _compile(engine, texts: list[str], method: str | None) -> list[dict]:
             for k, t, hit in zip(keys, texts, before)]
 
 
-def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of) -> None:
+def namespace_of(request: Request) -> str:
+    """The caller's namespace (set by the app's key check)."""
+    return request.scope.get("state", {}).get("namespace", "")
+
+
+def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of, tenants: Tenants) -> None:
     """Add the three routes to ``app`` (compiles run on ``sched``'s thread, with the model)."""
 
     @app.post("/v1/context_cache")
@@ -72,29 +80,34 @@ def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_o
             data = await asyncio.wrap_future(sched.call(lambda: _compile(engine, texts, method)))
         except Exception as exc:
             return error_of(exc)
-        compiled = sum(d["compiled"] for d in data)
-        sched.metrics.inc("chunks_compiled", compiled)
-        return {"object": "list", "data": data, "compiled": compiled}
+        sched.metrics.inc("chunks_compiled", sum(d["compiled"] for d in data))  # store misses, any tenant
+        named = tenants.add(namespace_of(request), [d["id"] for d in data], [not d["compiled"] for d in data])
+        for d, (cid, new) in zip(data, named):
+            d["id"], d["compiled"] = cid, new
+        return {"object": "list", "data": data, "compiled": sum(d["compiled"] for d in data)}
 
-    async def _one(cache_id: str) -> str:
-        found = await asyncio.to_thread(texts_of, engine, [cache_id])
-        if cache_id not in found:
+    async def _one(request: Request, cache_id: str) -> tuple[str, str]:
+        key = tenants.resolve(namespace_of(request), [cache_id], "id")[cache_id]
+        found = await asyncio.to_thread(texts_of, engine, [key])
+        if key not in found:
             raise BadRequest(f"unknown cache id {quote(cache_id)}", status=404, param="id", code="cache_id_not_found")
-        return found[cache_id]
+        return key, found[key]
 
     @app.get("/v1/context_cache/{cache_id}")
-    async def get(cache_id: str):
+    async def get(request: Request, cache_id: str):
         try:
-            text = await _one(cache_id)
+            _key, text = await _one(request, cache_id)
         except Exception as exc:
             return error_of(exc)
         return {"id": cache_id, "object": "context_cache", "text": text}
 
     @app.delete("/v1/context_cache/{cache_id}")
-    async def delete(cache_id: str):
+    async def delete(request: Request, cache_id: str):
         try:
-            await _one(cache_id)
-            await asyncio.to_thread(_delete, engine, cache_id)
+            await _one(request, cache_id)
+            last = tenants.remove(namespace_of(request), cache_id)
+            if last is not None:  # nobody else holds it: the store entry goes too
+                await asyncio.to_thread(_delete, engine, last)
         except Exception as exc:
             return error_of(exc)
         return JSONResponse({"id": cache_id, "object": "context_cache", "deleted": True})
