@@ -271,7 +271,7 @@ def test_shutdown_grace_ends_every_request_cleanly(home):
             a.join(30)
             b.join(30)
         assert got["a"][-1] == "[DONE]" and json.loads(got["a"][-2]).get("error", {}).get("code") == "shutting_down", \
-            (len(got["a"]), got["a"][-3:])
+            (len(got["a"]), got["a"][-3:], s.output()[-2000:])
         assert got["b"].status_code == 503 and got["b"].json()["error"]["code"] == "shutting_down", got["b"].text
         assert s.proc.wait(timeout=30) == 0
         assert "Exception in ASGI application" not in s.output() and "Traceback" not in s.output()
