@@ -77,6 +77,7 @@ class GracefulServer(uvicorn.Server):
         self.scheduler, self.grace = scheduler, grace
         self._draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task | None = None
 
     async def serve(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()  # signal handlers run outside it: they post to it
@@ -87,7 +88,10 @@ class GracefulServer(uvicorn.Server):
             return super().handle_exit(sig, frame)
         self._draining = True
         self.scheduler.drain()
-        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))
+        self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain_task = self._loop.create_task(self._drain())  # held: the loop keeps tasks weakly
 
     async def _drain(self) -> None:
         log.warning("shutting down: new requests get 503, running ones have %g s", self.grace)
