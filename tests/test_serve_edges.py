@@ -39,7 +39,8 @@ def home(tmp_path_factory):
 def server(home):
     s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv"),
                "--api-key", KEY, "--max-batch", "2", "--max-queue", "2", "--max-prompt-tokens", "700",
-               "--link-piece", "8", "--header-timeout", "2", "--body-timeout", "2", home=home)
+               "--link-piece", "8", "--header-timeout", "2", "--body-timeout", "2", "--max-compile-tokens", "200",
+               home=home)
     yield s
     s.stop()
 
@@ -103,6 +104,8 @@ def test_every_bad_input_is_a_400_naming_the_field(client):
         assert 400 <= r.status_code < 500 and len(r.json()["error"]["message"]) < 400, r.text[:500]
     r = client.get("/v1/context_cache/" + "z" * 50_000)
     assert r.status_code == 404 and len(r.json()["error"]["message"]) < 400
+    r = client.post("/v1/context_cache", json={"texts": SENTENCES * 2})  # ~300 tokens: over the 200 bound
+    assert r.status_code == 413 and r.json()["error"]["param"] == "texts", r.text[:300]
 
 
 def test_accepted_fields_are_honoured(client):

@@ -44,6 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="most prompt rows a new request's link recomputes between two decode steps of the "
                         "running ones (0: link whole; default 512)")
     p.add_argument("--max-body-mb", type=at_least(1), default=4, help="largest request body (default 4 MiB)")
+    p.add_argument("--max-compile-tokens", type=at_least(0), default=32768,
+                   help="most tokens one POST /v1/context_cache compiles; more get HTTP 413 (0: no limit; "
+                        "default 32768)")
     p.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection may take to send a request's headers (default 10)")
     p.add_argument("--body-timeout", type=float, default=30.0,
@@ -122,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,
                              link_piece=args.link_piece or None, body_timeout=args.body_timeout or None,
-                             docs=args.docs)
+                             docs=args.docs, max_compile_tokens=args.max_compile_tokens or None)
     app = create_app(engine, settings)
     print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
     http = protocol_with_header_timeout(args.header_timeout) if args.header_timeout else "h11"

@@ -34,7 +34,8 @@ class ServeSettings:
     accepted too); ``max_prompt_tokens`` None: the model's context window; ``link_piece``: most
     rows a link recomputes between two decode steps (None: links run whole); ``body_timeout``:
     seconds a body may go without a byte (408); ``docs``: serve /docs, /redoc, /openapi.json;
-    ``api_keys``: several keys, each mapped to a namespace (:mod:`.tenants`)."""
+    ``api_keys``: several keys, each mapped to a namespace (:mod:`.tenants`); ``max_compile_tokens``:
+    most tokens one ``POST /v1/context_cache`` compiles (413 past it; None: no limit)."""
 
     model_id: str
     api_key: str | None = None
@@ -46,6 +47,7 @@ class ServeSettings:
     link_piece: int | None = 512
     body_timeout: float | None = 30.0
     docs: bool = False
+    max_compile_tokens: int | None = 32768
 
 
 _GAUGES = {"queue_depth": ("queued", "requests waiting beyond the batch (bounded by --max-queue)"),
@@ -153,5 +155,6 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
         return await completions.handle(request, chat=False)
 
     add_cache_routes(app, engine, sched, settings.max_body_bytes,
-                     lambda request, limit: read_json(request, limit, settings.body_timeout), error_of, tenants)
+                     lambda request, limit: read_json(request, limit, settings.body_timeout), error_of, tenants,
+                     settings.max_compile_tokens)
     return app

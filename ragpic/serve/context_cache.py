@@ -51,8 +51,10 @@ def _texts(body: object) -> tuple[list[str], str | None]:
     return texts, method
 
 
-def _compile(engine, texts: list[str], method: str | None) -> list[dict]:
-    """On the scheduler thread: check, compile what is new, and describe every text."""
+def _compile(engine, texts: list[str], method: str | None, max_tokens: int | None = None) -> list[dict]:
+    """On the scheduler thread (the tokenizer's one user): check, compile what is new, and
+    describe every text."""
+    _bound(engine, texts, max_tokens)
     for i, t in enumerate(texts):
         if not t.strip() or not engine.cacheable(t):
             raise BadRequest(f"texts[{i}] has {engine.count_tokens(t)} tokens, fewer than min_chunk_tokens="
@@ -70,14 +72,26 @@ def namespace_of(request: Request) -> str:
     return request.scope.get("state", {}).get("namespace", "")
 
 
-def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of, tenants: Tenants) -> None:
+def _bound(engine, texts: list[str], max_tokens: int | None) -> None:
+    """413 for a compile over ``max_tokens`` tokens: a compile runs whole on the model thread,
+    so its size bounds how long every running stream waits (docs/SERVING.md, *Limits*)."""
+    if max_tokens is None:
+        return
+    total = sum(engine.count_tokens(t) for t in texts)
+    if total > max_tokens:
+        raise BadRequest(f"the texts hold {total} tokens, over this server's limit of {max_tokens} per request "
+                         f"(--max-compile-tokens): send them in several requests", status=413, param="texts")
+
+
+def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of, tenants: Tenants,
+                     max_compile_tokens: int | None = None) -> None:
     """Add the three routes to ``app`` (compiles run on ``sched``'s thread, with the model)."""
 
     @app.post("/v1/context_cache")
     async def create(request: Request):
         try:
             texts, method = _texts(await read_json(request, limit))
-            data = await asyncio.wrap_future(sched.call(lambda: _compile(engine, texts, method)))
+            data = await asyncio.wrap_future(sched.call(lambda: _compile(engine, texts, method, max_compile_tokens)))
         except Exception as exc:
             return error_of(exc)
         sched.metrics.inc("chunks_compiled", sum(d["compiled"] for d in data))  # store misses, any tenant
