@@ -13,6 +13,7 @@ code written against the builtins keeps working. This module imports nothing.
     ├── LinkError             the prompt cannot be linked as asked
     │   └── ContextOverflowError  prompt + answer exceed the context window
     ├── GenerationTimeout     a call ran past its ``timeout`` (also a ``TimeoutError``)
+    ├── BatchNotHonoured      a batched decode step's attention ignored its plan (stepped alone)
     ├── StoreError            the KV store cannot do what was asked (e.g. a write failed)
     │   ├── CorruptEntry      a stored entry fails its checks (deleted and recompiled)
     │   ├── ForeignEntry      a stored entry belongs to another model or recipe
@@ -20,9 +21,11 @@ code written against the builtins keeps working. This module imports nothing.
     │   └── UnsafePath        a key or path would leave the store folder (also a ValueError)
     ├── UsageError            ``ragpic``: a command-line argument is wrong (exit status 2)
     ├── BadRequest            ``ragpic serve``: a request that cannot be served as sent (4xx)
-    └── QueueFull             ``ragpic serve``: the wait queue is full (HTTP 429)
+    ├── QueueFull             ``ragpic serve``: the wait queue is full (HTTP 429)
+    ├── ShuttingDown          ``ragpic serve``: shutting down, the request is refused or cut (HTTP 503)
+    └── ClientGone            ``ragpic serve``: the client left; its job is dropped
 
-The last three belong to the adapters (the command line, the server), which turn them into
+The last five belong to the adapters (the command line, the server), which turn them into
 an exit status or an HTTP response; a library caller never sees them. They subclass no
 builtin, so the adapters' ``except ValueError`` / ``except ConfigError`` handlers never take them.
 """
@@ -33,6 +36,7 @@ __all__ = [
     "BadRequest",
     "BatchNotHonoured",
     "ChunkError",
+    "ClientGone",
     "ConfigError",
     "ContextOverflowError",
     "CorruptEntry",
@@ -43,6 +47,7 @@ __all__ = [
     "ModelFileError",
     "QueueFull",
     "RagPicError",
+    "ShuttingDown",
     "StoreError",
     "UnsafePath",
     "UnsupportedModelError",
@@ -127,7 +132,15 @@ class BadRequest(RagPicError):
 
 
 class QueueFull(RagPicError):
-    """The server's wait queue holds ``max_queue`` requests already."""
+    """The batch is full and ``max_queue`` requests wait beyond it already (HTTP 429)."""
+
+
+class ShuttingDown(RagPicError):
+    """The server is shutting down: it takes no new request, and this one ran out of time (HTTP 503)."""
+
+
+class ClientGone(RagPicError):
+    """The client closed its connection before the answer (its job is dropped, nothing is sent)."""
 
 
 class BatchNotHonoured(RagPicError, RuntimeError):

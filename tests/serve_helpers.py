@@ -70,3 +70,35 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.log.close()
+
+
+# -- shared by the tiny-model server tests (test_serve_edges, test_serve_lifecycle) ----------
+KEY = "sekret"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+HI = [{"role": "user", "content": "hi there, who are you?"}]
+
+
+def sentences() -> list[str]:
+    """The tiny corpus's sentences of six words or more (each a cacheable chunk)."""
+    from tiny import TEXT
+
+    return [s.strip() + "." for s in TEXT.split(".") if len(s.split()) >= 6]
+
+
+def body(**extra) -> dict:
+    """A short chat request to the tiny model (``model: tiny``)."""
+    return {"model": "tiny", "messages": HI, "max_tokens": 4, **extra}
+
+
+def long_body(n: int) -> dict:
+    """A ~360-token ``full`` prompt (linked in many pieces) asking for ``n`` tokens."""
+    text = " ".join(sentences() * 2)
+    return {"model": "tiny", "method": "full", "max_tokens": n,
+            "messages": [{"role": "user", "content": f"{text}\n\nquestion: what now?"}]}
+
+
+def wait_for(pred, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

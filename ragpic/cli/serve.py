@@ -30,8 +30,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--method", type=method_name, default="legolink-16", help="link method (default legolink-16)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=at_least(0), default=8000, help="port (default 8000)")
-    p.add_argument("--api-key", default=os.environ.get("RAGPIC_API_KEY"),
-                   help="require Authorization: Bearer KEY (default: $RAGPIC_API_KEY, else none)")
+    p.add_argument("--api-key", action="append", default=None,
+                   help="require Authorization: Bearer KEY (default: $RAGPIC_API_KEY, else none); repeat it for "
+                        "several keys, each its own namespace of context-cache ids (key1, key2...)")
+    p.add_argument("--api-keys", default=None, metavar="FILE",
+                   help="tenants: a file of 'NAMESPACE KEY' lines; each namespace sees only its own "
+                        "context-cache ids")
     p.add_argument("--max-queue", type=at_least(0), default=64, help="requests waiting beyond the batch; "
                                                                      "more get HTTP 429 (default 64)")
     p.add_argument("--max-batch", type=at_least(1), default=8, help="requests decoded together (1: one at a time)")
@@ -41,6 +45,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="most prompt rows a new request's link recomputes between two decode steps of the "
                         "running ones (0: link whole; default 512)")
     p.add_argument("--max-body-mb", type=at_least(1), default=4, help="largest request body (default 4 MiB)")
+    p.add_argument("--max-compile-tokens", type=at_least(0), default=32768,
+                   help="most tokens one POST /v1/context_cache compiles; more get HTTP 413 (0: no limit; "
+                        "default 32768)")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to send a request's headers (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request body may go without a byte before a 408 (default 30)")
+    p.add_argument("--shutdown-grace", type=float, default=30.0,
+                   help="on SIGTERM/SIGINT: seconds running requests get to finish while new ones get 503; "
+                        "what still runs then ends with an error (default 30)")
+    p.add_argument("--docs", action="store_true",
+                   help="serve /docs, /redoc and /openapi.json (behind --api-key when set; off by default)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda:0...")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
@@ -59,10 +75,33 @@ def check(args: argparse.Namespace) -> None:
     need_module("uvicorn", "ragpic serve", "serve")
     if args.store and args.store.startswith("redis"):
         need_module("redis", "--store redis://", "redis")
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+    args.keys = api_keys(args)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.keys:
         logging.getLogger("ragpic.serve").warning("listening on %s without --api-key", args.host)
     if args.port > 65535:
         raise UsageError(f"--port {args.port}: must be at most 65535")
+    for flag in ("header_timeout", "body_timeout", "shutdown_grace"):
+        value = getattr(args, flag)
+        if not (value >= 0 and value < float("inf")):
+            raise UsageError(f"--{flag.replace('_', '-')} {value}: must be a number of seconds >= 0")
+
+
+def api_keys(args: argparse.Namespace) -> dict[str, str]:
+    """``key -> namespace`` from ``--api-keys FILE`` and the ``--api-key`` flags (one key: one
+    namespace, as before; each repeated key gets its own)."""
+    from ragpic.cli.args import UsageError
+    from ragpic.serve.tenants import read_keys_file
+
+    keys: dict[str, str] = {}
+    if args.api_keys:
+        try:
+            keys.update(read_keys_file(args.api_keys))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--api-keys {args.api_keys}: {exc}") from None
+    flags = args.api_key or ([os.environ["RAGPIC_API_KEY"]] if os.environ.get("RAGPIC_API_KEY") else [])
+    for n, key in enumerate(flags, 1):
+        keys.setdefault(key, "default" if len(flags) == 1 else f"key{n}")
+    return keys
 
 
 def default_store() -> str:
@@ -78,16 +117,21 @@ def run(args: argparse.Namespace) -> int:
     from ragpic.config import Config
     from ragpic.engine.engine import RagPic
     from ragpic.serve.app import ServeSettings, create_app
+    from ragpic.serve.server import GracefulServer, protocol_with_header_timeout
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
                            device=args.device, dtype=args.dtype))
-    settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_key=args.api_key,
+    settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,
-                             link_piece=args.link_piece or None)
+                             link_piece=args.link_piece or None, body_timeout=args.body_timeout or None,
+                             docs=args.docs, max_compile_tokens=args.max_compile_tokens or None)
     app = create_app(engine, settings)
     print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    http = protocol_with_header_timeout(args.header_timeout) if args.header_timeout else "h11"
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=http,
+                            timeout_graceful_shutdown=5)
+    GracefulServer(config, app.state.scheduler, args.shutdown_grace).run()
     engine.close()
     return 0

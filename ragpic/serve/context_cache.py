@@ -8,6 +8,8 @@
 - ``DELETE /v1/context_cache/{id}``: drop it from the store (404 when absent).
 
 A completion request may then name ``cache_ids``: their texts become the request's hints.
+With several tenants (:mod:`.tenants`) ids are per namespace: each caller sees, reads and
+deletes only its own, and ``compiled`` means "new in the caller's namespace".
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import asyncio
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse
 
-from ragpic.serve.bodies import BadRequest
+from ragpic.serve.bodies import BadRequest, quote
+from ragpic.serve.tenants import Tenants
 
-__all__ = ["add_cache_routes", "texts_of"]
+__all__ = ["add_cache_routes", "namespace_of", "texts_of"]
 
 MAX_TEXTS = 1024
 
@@ -47,8 +50,10 @@ def _texts(body: object) -> tuple[list[str], str | None]:
     return texts, method
 
 
-def _compile(engine, texts: list[str], method: str | None) -> list[dict]:
-    """On the scheduler thread: check, compile what is new, and describe every text."""
+def _compile(engine, texts: list[str], method: str | None, max_tokens: int | None = None) -> list[dict]:
+    """On the scheduler thread (the tokenizer's one user): check, compile what is new, and
+    describe every text."""
+    _bound(engine, texts, max_tokens)
     for i, t in enumerate(texts):
         if not t.strip() or not engine.cacheable(t):
             raise BadRequest(f"texts[{i}] has {engine.count_tokens(t)} tokens, fewer than min_chunk_tokens="
@@ -61,39 +66,61 @@ def _compile(engine, texts: list[str], method: str | None) -> list[dict]:
             for k, t, hit in zip(keys, texts, before)]
 
 
-def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of) -> None:
+def namespace_of(request: Request) -> str:
+    """The caller's namespace (set by the app's key check)."""
+    return request.scope.get("state", {}).get("namespace", "")
+
+
+def _bound(engine, texts: list[str], max_tokens: int | None) -> None:
+    """413 for a compile over ``max_tokens`` tokens: a compile runs whole on the model thread,
+    so its size bounds how long every running stream waits (docs/SERVING.md, *Limits*)."""
+    if max_tokens is None:
+        return
+    total = sum(engine.count_tokens(t) for t in texts)
+    if total > max_tokens:
+        raise BadRequest(f"the texts hold {total} tokens, over this server's limit of {max_tokens} per request "
+                         f"(--max-compile-tokens): send them in several requests", status=413, param="texts")
+
+
+def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of, tenants: Tenants,
+                     max_compile_tokens: int | None = None) -> None:
     """Add the three routes to ``app`` (compiles run on ``sched``'s thread, with the model)."""
 
     @app.post("/v1/context_cache")
     async def create(request: Request):
         try:
             texts, method = _texts(await read_json(request, limit))
-            data = await asyncio.wrap_future(sched.call(lambda: _compile(engine, texts, method)))
+            data = await asyncio.wrap_future(sched.call(lambda: _compile(engine, texts, method, max_compile_tokens)))
         except Exception as exc:
             return error_of(exc)
-        compiled = sum(d["compiled"] for d in data)
-        sched.metrics.inc("chunks_compiled", compiled)
-        return {"object": "list", "data": data, "compiled": compiled}
+        sched.metrics.inc("chunks_compiled", sum(d["compiled"] for d in data))  # store misses, any tenant
+        named = tenants.add(namespace_of(request), [d["id"] for d in data], [not d["compiled"] for d in data])
+        for d, (cid, new) in zip(data, named):
+            d["id"], d["compiled"] = cid, new
+        return {"object": "list", "data": data, "compiled": sum(d["compiled"] for d in data)}
 
-    async def _one(cache_id: str) -> str:
-        found = await asyncio.to_thread(texts_of, engine, [cache_id])
-        if cache_id not in found:
-            raise BadRequest(f"unknown cache id {cache_id!r}", status=404, param="id", code="cache_id_not_found")
-        return found[cache_id]
+    async def _one(request: Request, cache_id: str) -> tuple[str, str]:
+        key = tenants.resolve(namespace_of(request), [cache_id], "id")[cache_id]
+        found = await asyncio.to_thread(texts_of, engine, [key])
+        if key not in found:
+            raise BadRequest(f"unknown cache id {quote(cache_id)}", status=404, param="id", code="cache_id_not_found")
+        return key, found[key]
 
     @app.get("/v1/context_cache/{cache_id}")
-    async def get(cache_id: str):
+    async def get(request: Request, cache_id: str):
         try:
-            text = await _one(cache_id)
+            _key, text = await _one(request, cache_id)
         except Exception as exc:
             return error_of(exc)
         return {"id": cache_id, "object": "context_cache", "text": text}
 
     @app.delete("/v1/context_cache/{cache_id}")
-    async def delete(cache_id: str):
+    async def delete(request: Request, cache_id: str):
         try:
-            await _one(cache_id)
-            await asyncio.to_thread(_delete, engine, cache_id)
+            await _one(request, cache_id)
+            last = tenants.remove(namespace_of(request), cache_id)
+            if last is not None:  # nobody else holds it: the store entry goes too
+                await asyncio.to_thread(_delete, engine, last)
         except Exception as exc:
             return error_of(exc)
         return JSONResponse({"id": cache_id, "object": "context_cache", "deleted": True})

@@ -44,8 +44,9 @@ _COUNTERS = {
     "cache_misses": "chunks found in a prompt but not in the store",
     "chunks_compiled": "chunks compiled (on a miss or through /v1/context_cache)",
     "prompt_tokens": "prompt tokens linked",
-    "cached_tokens": "prompt tokens whose KV came from the store",
-    "recomputed_tokens": "prompt tokens that went through the model at link",
+    "cached_tokens": "prompt tokens whose KV came from the store and were not recomputed",
+    "recomputed_tokens": "prompt tokens the model computed for the request (at link or compiling a miss)",
+    "link_rows": "prompt rows the links forwarded (qr: a row of both passes twice)",
     "generated_tokens": "tokens generated",
     "decode_steps": "decode forwards (each serves a whole batch)",
 }

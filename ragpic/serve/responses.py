@@ -1,7 +1,8 @@
 """OpenAI response bodies (whole and streamed as SSE chunks) and JSON error bodies.
 
 ``usage`` is OpenAI's, with ``prompt_tokens_details.cached_tokens`` = prompt tokens whose KV
-came from the store; every body also carries a ``ragpic`` extension object with the link's
+came from the store and were not recomputed (``cached + recomputed = prompt`` in the
+``ragpic`` object); every body also carries a ``ragpic`` extension object with the link's
 statistics (method, recomputed tokens, chunks matched/loaded/compiled, link and TTFT times).
 """
 

@@ -38,6 +38,7 @@ class Running:
         pos: position of the token to feed next (``prompt_len + generated - 1``).
         token: the id to feed at ``pos`` (the last one emitted).
         steps: decode forwards done for it (index into ``bufs``).
+        link_rows: prompt rows its link forwarded (``qr``: a row of both passes twice).
     """
 
     job: GenJob
@@ -51,6 +52,7 @@ class Running:
     token: int = -1
     steps: int = 0
     done: bool = False
+    link_rows: int = 0  # prompt rows the link forwarded (qr: both passes)
 
 
 def _text(engine, job: GenJob) -> str:
@@ -87,17 +89,40 @@ def begin(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int, piece_row
                                                    pool=pool, piece_rows=piece_rows))
 
 
+def cached_tokens(prompt: int, link_rows: int, stats: MatchStats) -> int:
+    """Prompt tokens whose KV came from the store **and** were not recomputed at link.
+
+    Text outside chunks is always recomputed, so the recomputed rows inside chunks are
+    ``link_rows - (prompt - chunk tokens)``, of which the store's chunks hold their share.
+    Exact when no chunk of the prompt was compiled on a miss (then every chunk came from the
+    store) and for every method but ``qr``, whose ``link_rows`` counts a row of both passes
+    twice (its cached count is then a lower bound). ``cached + (prompt - cached) = prompt``:
+    the rest is what the model computed for this request, at link or compiling a miss.
+    """
+    chunk_tokens = stats.cached_tokens + stats.compiled_tokens
+    if chunk_tokens == 0:
+        return 0
+    in_chunks = min(chunk_tokens, max(0, link_rows - (prompt - chunk_tokens)))
+    return max(0, stats.cached_tokens - round(in_chunks * stats.cached_tokens / chunk_tokens))
+
+
 def start(engine, linking: Linking) -> Running:
-    """The linked request, its first token emitted (``done`` when that ended it: EOS first...)."""
+    """The linked request, its first token emitted (``done`` when that ended it: EOS first...).
+
+    Its ``result`` counts ``cached_tokens`` (:func:`cached_tokens`) and ``recomputed_tokens`` =
+    the rest of the prompt, so the two add up to ``prompt_tokens``; ``link_rows`` on the run
+    is what the link forwarded."""
     res, stats, job, params = linking.link.result, linking.stats, linking.job, linking.params
+    cached = cached_tokens(res.num_tokens, res.recomputed, stats)
     result = Generation(method=linking.link.method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
-                        recomputed_tokens=res.recomputed, chunks_matched=stats.matched,
+                        recomputed_tokens=res.num_tokens - cached, chunks_matched=stats.matched,
                         chunks_loaded=stats.loaded, chunks_compiled=stats.compiled,
-                        cached_tokens=stats.cached_tokens, compiled_tokens=stats.compiled_tokens,
+                        cached_tokens=cached, compiled_tokens=stats.compiled_tokens,
                         hints=stats.hinted, hints_found=stats.hints_found, model=engine.lm.name)
     gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
     run = Running(job, res.cache, params, gen, Detokenizer(engine.lm.tokenizer, params.stop), result,
-                  DecodeBuffers(engine.lm, res.num_tokens, params.max_new_tokens), pos=res.num_tokens - 1)
+                  DecodeBuffers(engine.lm, res.num_tokens, params.max_new_tokens), pos=res.num_tokens - 1,
+                  link_rows=res.recomputed)
     job.send("linked", result)
     emit(engine, run, res.logits)
     return run

@@ -1,16 +1,15 @@
 """The scheduler thread: it owns the model and interleaves links with batched decode steps.
 
-Each turn of its loop: run a queued model call (``/v1/context_cache`` compiles); take at
-most one waiting request into linking; run one piece of that link, at most ``link_piece``
-recomputed rows (so the running requests wait for one piece, never for a whole ``full``
-prefill or a queue of links; with nobody running, the link runs whole); drop cancelled jobs;
-then one decode forward for every running request (continuous batching, vLLM-style: a
-request joins the batch the step after its link and leaves it when it finishes). Requests
-beyond ``max_batch`` running (the one being linked counts) wait, in arrival order, in a queue
-of at most ``max_queue``; past that :meth:`Scheduler.submit` raises :class:`QueueFull` (HTTP 429).
-
-A request that fails (bad prompt, store error, anything) gets its error as an event; the
-loop goes on. A failed batched step fails the requests in it, not the server.
+Each turn: run a queued model call (``/v1/context_cache`` compiles); take at most one
+waiting request into linking; run one piece of that link, at most ``link_piece`` recomputed
+rows (with nobody running, the whole link); drop cancelled jobs; then one decode forward for
+every running request (continuous batching: a request joins the batch the step after its
+link and leaves it when it finishes). Admission (docs/SERVING.md, *Admission*): a request
+that finds a free batch slot is admitted at once, only requests beyond the batch count
+against ``max_queue`` (past it :class:`QueueFull`, HTTP 429). A cancelled job is dropped
+wherever it is. :meth:`Scheduler.drain` refuses new jobs (:class:`ShuttingDown`, HTTP 503);
+:meth:`Scheduler.abort` ends every job still there with that error. A request that fails
+gets its error as an event and the loop goes on; a failed batched step fails its requests.
 """
 
 from __future__ import annotations
@@ -19,18 +18,17 @@ import collections
 import concurrent.futures
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 import torch
 
 from ragpic.core.ops.linked_cache import SlabPool
-from ragpic.errors import QueueFull  # importable from here too
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
+from ragpic.serve.outcomes import QueueFull, ShuttingDown, count_link, dropped, failed, finished, wait_idle
 from ragpic.serve.running import Linking, Running, begin, start, step
 
-__all__ = ["QueueFull", "Scheduler"]
+__all__ = ["QueueFull", "Scheduler", "ShuttingDown", "wait_idle"]
 
 log = logging.getLogger("ragpic.serve")
 
@@ -59,6 +57,9 @@ class Scheduler:
         self._linking: Linking | None = None  # the one request being linked, piece by piece
         self._wake = threading.Condition()
         self._stop = False
+        self._draining = False
+        self._abort: ShuttingDown | None = None  # set by abort(): the loop fails every job with it
+        self._matching = 0  # a job being matched against the store (begin), for the gauges
         self._batching = True  # off for good if the model's attention ignores batched steps
         self._thread = threading.Thread(target=self._loop, name="ragpic-scheduler", daemon=True)
 
@@ -74,12 +75,29 @@ class Scheduler:
         self._thread.join(timeout)
 
     def submit(self, job: GenJob) -> None:
-        """Queue ``job``; raises :class:`QueueFull` when ``max_queue`` jobs wait already."""
+        """Queue ``job``; raises :class:`QueueFull` when the batch is full and ``max_queue`` jobs
+        wait beyond it already, :class:`ShuttingDown` after :meth:`drain`."""
         with self._wake:
-            if len(self._waiting) >= self.max_queue:
-                raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue {self.max_queue})")
+            if self._draining:
+                raise ShuttingDown("the server is shutting down: retry on another replica")
+            if len(self._waiting) >= self.max_queue + self._free_slots():
+                raise QueueFull(f"{self.gauges()['queued']} requests are waiting beyond the batch (--max-queue {self.max_queue})")
             self._waiting.append(job)
             self._wake.notify()
+
+    def drain(self) -> None:
+        """Take no new job (running and waiting ones go on)."""
+        with self._wake:
+            self._draining = True
+
+    def abort(self, exc: ShuttingDown) -> None:
+        """End every job still waiting, linking or decoding with ``exc`` (on the loop's next turn)."""
+        with self._wake:
+            self._abort = exc
+            self._wake.notify()
+
+    def _free_slots(self) -> int:
+        return max(0, self.max_batch - len(self._running) - (self._linking is not None) - self._matching)
 
     def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
         """Run ``fn()`` on the scheduler thread between steps (anything that uses the model)."""
@@ -89,13 +107,19 @@ class Scheduler:
             self._wake.notify()
         return fut
 
-    @property
-    def queued(self) -> int:
-        return len(self._waiting)
+    def gauges(self) -> dict[str, int]:
+        """Requests by state: ``queued`` (beyond the batch: what ``max_queue`` bounds),
+        ``matching`` (against the store), ``linking`` (admitted to the batch, link running or
+        to start), ``decoding``, and ``active`` (matching + linking + decoding)."""
+        free = self._free_slots()
+        out = {"queued": max(0, len(self._waiting) - free), "matching": self._matching,
+               "linking": (self._linking is not None) + min(len(self._waiting), free), "decoding": len(self._running)}
+        out["active"] = out["matching"] + out["linking"] + out["decoding"]
+        return out
 
     @property
-    def active(self) -> int:
-        return len(self._running) + (self._linking is not None)
+    def idle(self) -> bool:
+        return not (self._waiting or self._running or self._linking or self._matching)
 
     # -- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -109,14 +133,23 @@ class Scheduler:
     def _turns(self) -> None:
         while True:
             with self._wake:
-                while not (self._stop or self._waiting or self._calls or self._running or self._linking):
+                while not (self._stop or self._abort or self._waiting or self._calls or self._running
+                           or self._linking):
                     self._wake.wait()
                 if self._stop:
                     break
+                aborted, self._abort = self._abort, None
+                gone = [j for j in self._waiting if j.cancelled or aborted]
+                self._waiting = collections.deque(j for j in self._waiting if not (j.cancelled or aborted))
                 call = self._calls.popleft() if self._calls else None
                 free = self._linking is None and len(self._running) < self.max_batch
                 job = self._waiting.popleft() if self._waiting and free else None
+                self._matching = int(job is not None)
+            for j in gone:
+                dropped(self.metrics, j, aborted)
             try:
+                if aborted:
+                    self._abort_running(aborted)
                 self._turn(call, job)
             except Exception:  # a bookkeeping bug must not stop the server's only model thread
                 log.exception("scheduler turn failed")
@@ -124,7 +157,7 @@ class Scheduler:
     def _turn(self, call, job: GenJob | None) -> None:
         if call is not None:
             self._run_call(*call)
-        if job is not None and not job.cancelled:
+        if job is not None:
             self._begin(job)
         if self._linking is not None:
             self._link_piece()
@@ -142,46 +175,53 @@ class Scheduler:
 
     def _begin(self, job: GenJob) -> None:
         try:
-            self._linking = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece)
+            if job.cancelled:
+                dropped(self.metrics, job, None)
+            else:
+                self._linking = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece)
         except Exception as exc:
-            self._fail(job, exc, where="link")
+            failed(self.metrics, job, exc, where="link")
+        finally:
+            self._matching = 0
+
+    def _abort_running(self, exc: ShuttingDown) -> None:
+        if self._linking is not None:
+            linking, self._linking = self._linking, None
+            linking.link.abandon()
+            dropped(self.metrics, linking.job, exc)
+        for r in list(self._running):
+            self._running.remove(r)
+            dropped(self.metrics, r.job, exc)
+            self._release(r)
 
     def _link_piece(self) -> None:
-        linking, self._linking = self._linking, None
+        # self._linking stays set until the link ends: it holds a batch slot (admission counts it)
+        linking = self._linking
         if linking.job.cancelled:
+            self._linking = None
             linking.link.abandon()
-            self.metrics.inc("requests", outcome="cancelled")
+            dropped(self.metrics, linking.job, None)
             return
         try:
             # One piece while others decode; with nobody decoding there is no one to wait for.
             while not linking.link.advance() and not self._running:
                 pass
             if not linking.link.done:
-                self._linking = linking
                 return
             run = start(self.engine, linking)
         except Exception as exc:
+            self._linking = None
             linking.link.abandon()
             if linking.link.result is not None:  # linked, but no running request took the cache
                 self.pool.release(linking.link.result.cache)
-            self._fail(linking.job, exc, where="link")
+            failed(self.metrics, linking.job, exc, where="link")
             return
-        self._count_link(run)
+        count_link(self.metrics, run)
         if run.done:  # finished at its first token
             self._finish(run)
         else:
             self._running.append(run)
-
-    def _count_link(self, run: Running) -> None:
-        m, g = self.metrics, run.result
-        m.observe("link", g.link_s)
-        if g.method != "full":  # full links no stored KV: neither a hit nor a miss
-            m.inc("cache_hits", g.chunks_loaded)
-            m.inc("cache_misses", max(0, g.chunks_matched - g.chunks_loaded))
-        m.inc("chunks_compiled", g.chunks_compiled)
-        m.inc("prompt_tokens", g.prompt_tokens)
-        m.inc("cached_tokens", g.cached_tokens)
-        m.inc("recomputed_tokens", g.recomputed_tokens)
+        self._linking = None  # after the append: the slot passes from linking to running
 
     def _step(self) -> None:
         runs = list(self._running)
@@ -193,7 +233,7 @@ class Scheduler:
         except Exception as exc:
             for r in runs:
                 self._running.remove(r)
-                self._fail(r.job, exc, where="decode")
+                failed(self.metrics, r.job, exc, where="decode")
                 self._release(r)
             return
         self.metrics.inc("decode_steps")
@@ -204,36 +244,16 @@ class Scheduler:
                 self._finish(r)
 
     def _finish(self, run: Running) -> None:
-        self.metrics.observe("ttft", run.result.ttft_s)
-        self.metrics.inc("generated_tokens", len(run.result.token_ids))
-        self.metrics.inc("requests", outcome="ok")
-        run.job.send("done", run.result)
+        finished(self.metrics, run)
         self._release(run)
 
     def _drop_cancelled(self) -> None:
         for r in [r for r in self._running if r.job.cancelled]:
             self._running.remove(r)
-            self.metrics.inc("requests", outcome="cancelled")
+            dropped(self.metrics, r.job, None)
             self._release(r)
 
     def _release(self, run: Running) -> None:
         if run.cache is not None:
             self.pool.release(run.cache)
             run.cache = None
-
-    def _fail(self, job: GenJob, exc: Exception, *, where: str) -> None:
-        bad_request = isinstance(exc, ValueError)  # ragpic's input errors subclass ValueError
-        if not bad_request:
-            log.exception("request failed in %s", where)
-        self.metrics.inc("requests", outcome="bad_request" if bad_request else "error")
-        job.send("error", exc)
-
-
-def wait_idle(scheduler: Scheduler, timeout: float = 10.0) -> bool:
-    """Wait until nothing runs or waits (tests); True when idle."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not scheduler.queued and not scheduler.active:
-            return True
-        time.sleep(0.01)
-    return False

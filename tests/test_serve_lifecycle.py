@@ -1,0 +1,106 @@
+"""``ragpic serve`` processes with settings of their own (tiny random model): the shutdown grace
+ends every request cleanly, tenants see only their own context-cache ids, and the CLI checks
+the flags these need before loading anything."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from serve_helpers import AUTH, Server, body, long_body, sentences, wait_for
+from tiny import saved_tiny_model
+
+SENTENCES = sentences()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("serve-lifecycle")
+    saved_tiny_model(home / "model")
+    return home
+
+
+def test_shutdown_grace_ends_every_request_cleanly(home):
+    s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-grace"),
+               "--max-batch", "1", "--max-prompt-tokens", "700", "--shutdown-grace", "1", home=home)
+    got: dict = {}
+    try:
+        with s.client() as c, s.client() as c2:
+            def stream_a():  # runs ~5 s: past the grace
+                with c.stream("POST", "/v1/chat/completions", json=body(max_tokens=900, stream=True)) as r:
+                    got["a"] = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
+
+            def whole_b():  # waits behind A (max_batch 1) until the grace ends
+                got["b"] = c2.post("/v1/chat/completions", json=long_body(5))
+
+            a = threading.Thread(target=stream_a)
+            a.start()
+            wait_for(lambda: c2.get("/health").json()["decoding"] == 1)
+            b = threading.Thread(target=whole_b)
+            b.start()
+            wait_for(lambda: httpx.get(s.url + "/health").json()["queued"] == 1)
+            s.proc.terminate()
+            time.sleep(0.3)
+            late = httpx.post(s.url + "/v1/chat/completions", json=body())  # the port stays open
+            assert late.status_code == 503 and late.headers["retry-after"] == "1", late.text
+            assert late.json()["error"]["code"] == "shutting_down"
+            a.join(30)
+            b.join(30)
+        assert got["a"][-1] == "[DONE]" and json.loads(got["a"][-2]).get("error", {}).get("code") == "shutting_down", \
+            (len(got["a"]), got["a"][-3:], s.output()[-2000:])
+        assert got["b"].status_code == 503 and got["b"].json()["error"]["code"] == "shutting_down", got["b"].text
+        assert s.proc.wait(timeout=30) == 0
+        assert "Exception in ASGI application" not in s.output() and "Traceback" not in s.output()
+    finally:
+        s.stop()
+
+
+def test_tenants_see_only_their_own_ids(home):
+    (home / "keys.txt").write_text("# namespace key\nalice key-a\nbob key-b\nbob key-b2\n")
+    s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-tenants"),
+               "--api-keys", str(home / "keys.txt"), home=home)
+    try:
+        a, b, b2 = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a", "key-b", "key-b2"))
+        with a, b, b2, s.client(headers=AUTH) as stranger:
+            assert stranger.get("/v1/models").status_code == 401
+            text = SENTENCES[0]
+            da = a.post("/v1/context_cache", json={"texts": [text]}).json()["data"][0]
+            assert da["compiled"] is True
+            # bob stores the same text: a new id, and "compiled" does not reveal that alice had it
+            db = b.post("/v1/context_cache", json={"texts": [text]}).json()["data"][0]
+            assert db["compiled"] is True and db["id"] != da["id"]
+            assert b2.get(f"/v1/context_cache/{db['id']}").json()["text"] == text  # bob's other key
+            for c, other in ((b, da["id"]), (a, db["id"])):
+                assert c.get(f"/v1/context_cache/{other}").status_code == 404
+                assert c.delete(f"/v1/context_cache/{other}").status_code == 404
+                r = c.post("/v1/chat/completions", json=body(cache_ids=[other]))
+                assert r.status_code == 404 and r.json()["error"]["param"] == "cache_ids"
+            assert b.delete(f"/v1/context_cache/{db['id']}").json()["deleted"] is True
+            assert b.get(f"/v1/context_cache/{db['id']}").status_code == 404
+            # alice's reference keeps the shared KV: her id still reads and links from the store
+            assert a.get(f"/v1/context_cache/{da['id']}").json()["text"] == text
+            r = a.post("/v1/chat/completions", json=body(cache_ids=[da["id"]], messages=[
+                {"role": "user", "content": f"{text}\n\nq: why?"}]))
+            assert r.status_code == 200 and r.json()["ragpic"]["chunks_loaded"] == 1, r.text[:300]
+            assert a.delete(f"/v1/context_cache/{da['id']}").json()["deleted"] is True
+            assert a.get(f"/v1/context_cache/{da['id']}").status_code == 404
+            again = b.post("/v1/context_cache", json={"texts": [text]}).json()["data"][0]
+            assert again["id"] == db["id"] and again["compiled"] is True  # the last reference went: stored anew
+    finally:
+        s.stop()
+
+
+def test_cli_checks_tenant_and_timeout_flags(capsys, tmp_path):
+    from ragpic.cli import main
+
+    assert main(["serve", "--api-keys", str(tmp_path / "nope")]) == 2
+    (tmp_path / "bad").write_text("alice key-a extra\n")
+    assert main(["serve", "--api-keys", str(tmp_path / "bad")]) == 2
+    assert main(["serve", "--body-timeout", "-1"]) == 2
+    assert main(["serve", "--shutdown-grace", "nan"]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "expected 'NAMESPACE KEY'" in err and "--body-timeout" in err and "--shutdown-grace" in err
