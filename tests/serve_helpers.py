@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from tiny import saved_tiny_model
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -102,3 +104,10 @@ def wait_for(pred, timeout: float = 30.0) -> None:
     while not pred():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def tiny_home(tmp_path_factory, name: str) -> Path:
+    """A fresh folder for one test module's servers, with a tiny random model saved at ``model/``."""
+    home = tmp_path_factory.mktemp(name)
+    saved_tiny_model(home / "model")
+    return home

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
 
-from serve_helpers import Server
-from tiny import TEXT, saved_tiny_model
+from serve_helpers import Server, tiny_home
+from tiny import TEXT
 
 KEY = "sekret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -25,9 +24,7 @@ QUESTIONS = ["what is the best thing to do in san francisco?", "where does the n
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("serve")
-    saved_tiny_model(home / "model")
-    return home
+    return tiny_home(tmp_path_factory, "serve")
 
 
 @pytest.fixture(scope="module")

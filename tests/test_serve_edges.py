@@ -20,17 +20,14 @@ import httpx
 import openai
 import pytest
 
-from serve_helpers import AUTH, HI, KEY, Server, body, long_body, sentences
-from tiny import saved_tiny_model
+from serve_helpers import AUTH, HI, KEY, Server, body, long_body, sentences, tiny_home
 
 SENTENCES = sentences()
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("serve-edges")
-    saved_tiny_model(home / "model")
-    return home
+    return tiny_home(tmp_path_factory, "serve-edges")
 
 
 @pytest.fixture(scope="module")

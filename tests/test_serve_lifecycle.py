@@ -11,17 +11,14 @@ import time
 import httpx
 import pytest
 
-from serve_helpers import AUTH, Server, body, long_body, sentences, wait_for
-from tiny import saved_tiny_model
+from serve_helpers import AUTH, Server, body, long_body, sentences, tiny_home, wait_for
 
 SENTENCES = sentences()
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("serve-lifecycle")
-    saved_tiny_model(home / "model")
-    return home
+    return tiny_home(tmp_path_factory, "serve-lifecycle")
 
 
 def test_shutdown_grace_ends_every_request_cleanly(home):

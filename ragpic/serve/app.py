@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse
 
+from ragpic.serve.bodies import quote
 from ragpic.serve.completions import Completions, error_of, read_json
 from ragpic.serve.context_cache import add_cache_routes
 from ragpic.serve.metrics import Metrics
@@ -142,7 +143,7 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
     @app.get("/v1/models/{model_id:path}")
     async def one_model(model_id: str):
         if model_id not in model_ids:
-            return error_response(404, f"model {model_id[:100]!r} is not served here: use {settings.model_id!r}",
+            return error_response(404, f"model {quote(model_id)} is not served here: use {settings.model_id!r}",
                                   param="model", code="model_not_found")
         return model_card(model_id)
 
