@@ -1,6 +1,7 @@
 """TTFT through the frameworks: a LlamaIndex query engine and a LangChain LCEL chain.
 
     python benchmarks/bench_frameworks.py --threads 2 --repeats 3 --json docs/bench_frameworks.json
+        [--model M]   # any model ragpic loads (default: the embedded SmolLM2-135M)
 
 Corpus: every full-length passage of the first ``--questions`` MuSiQue items (the shared
 dev set when it sits beside the repository, else the bundled sample), embedded with
@@ -121,6 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=4)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None)
+    p.add_argument("--model", default=None, help="HF folder, hub id or .gguf (default: embedded SmolLM2-135M)")
     args = p.parse_args(argv)
     import torch
 
@@ -134,7 +136,7 @@ def main(argv=None) -> int:
     embed = embedding_model()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        engine = RagPic(Config(store=str(Path(tmp) / "kv"), device="cpu"))
+        engine = RagPic(Config(store=str(Path(tmp) / "kv"), device="cpu", model=args.model))
         runners = {"llamaindex": llamaindex_ttft(engine, items, embed, Path(tmp) / "li", args.top_k, args.new_tokens),
                    "langchain": langchain_ttft(engine, items, embed, args.top_k, args.new_tokens)}
         for name, run in runners.items():
@@ -147,7 +149,7 @@ def main(argv=None) -> int:
                 f"{med[m]['prompt_tokens']:.0f} tokens)" for m in METHODS)
                 + f"  speed-up {results[name]['speedup']:.1f}x", file=sys.stderr)
     config = {"questions": args.questions, "top_k": args.top_k, "repeats": args.repeats,
-              "new_tokens": args.new_tokens, "torch_threads": torch.get_num_threads()}
+              "new_tokens": args.new_tokens, "model": args.model or "SmolLM2-135M-Instruct (embedded)", "torch_threads": torch.get_num_threads()}
     if args.json:
         Path(args.json).write_text(json.dumps({"config": config, "results": results}, indent=1))
     return 0

@@ -1,19 +1,20 @@
 """Load throughput of stored chunk KV: hot tier, memory backend, folder store, Redis.
 
 Geometry defaults to SmolLM2-135M (30 layers, 3 KV heads, head_dim 64) and 512-token
-chunks (11.25 MiB in fp16). Each tier is read through :class:`ragpic.cache.ChunkStore`
+chunks (11.25 MiB in fp16); ``--model`` takes the geometry (and the compile column) from any
+model ``ragpic`` loads, e.g. a ``.gguf`` from ``ragpic model get``. Each tier is read through :class:`ragpic.cache.ChunkStore`
 with the hot tier disabled (except the ``hot`` row), so every read decodes and verifies
 the entry (sha256 + copy). Folder reads come from the OS page cache after the first
 run; that is the steady state of a hot KV folder, not a cold disk.
 
-    python benchmarks/bench_store.py [--chunks 8] [--runs 5] [--json out.json]
+    python benchmarks/bench_store.py [--chunks 8] [--runs 5] [--model M] [--json out.json]
 
 Per format it also reports bytes per token of an entry and the time to encode one (quantize,
 checksum, serialise: what the compiling device pays at store time); "load ms" on the memory
 tier is decoding plus verifying.
 
-Compile time: the CLI compiles one chunk of the same length with the embedded SmolLM2 (in
-fp32 on the CPU: the dtype the model runs in here) and shows its median ms beside the load
+Compile time: the CLI compiles one chunk of the same length with the model (the embedded
+SmolLM2 unless ``--model``; in fp32 on the CPU: the dtype the model runs in here) and shows its median ms beside the load
 times, so you can see when loading beats recomputing (``--no-compile`` skips it).
 :func:`run` takes any ``compile_fn`` (a callable ``(dtype) -> Any``).
 """
@@ -163,14 +164,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def smollm2_compile_fn(tokens: int) -> Callable[[torch.dtype], Any]:
-    """Compile one ``tokens``-long chunk with the embedded SmolLM2 (as loaded on this device)."""
+def model_compile_fn(lm, tokens: int) -> Callable[[torch.dtype], Any]:
+    """Compile one ``tokens``-long chunk with the loaded model ``lm`` (as loaded on this device)."""
     from ragpic.core.compile import compile_chunks
-    from ragpic.core.model import load_model
 
-    lm = load_model()
     ids = [list(range(1000, 1000 + tokens))]
     return lambda _dtype: compile_chunks(lm, ids)
+
+
+def geometry(lm) -> tuple[int, int, int]:
+    """``(layers, kv_heads, head_dim)`` of a loaded model's KV cache."""
+    c = lm.model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return c.num_hidden_layers, getattr(c, "num_key_value_heads", None) or c.num_attention_heads, head_dim
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,14 +187,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", default=None, help="existing server; default: start redis-server on loopback")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--json", dest="json_out", default=None, help="also write rows as JSON here")
-    p.add_argument("--no-compile", action="store_true", help="skip the SmolLM2 compile-time column")
+    p.add_argument("--no-compile", action="store_true", help="skip the compile-time column")
+    p.add_argument("--model", default=None, help="take geometry and compile time from this model (folder, "
+                   "hub id or .gguf; default: the embedded SmolLM2-135M)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    compile_fn = None if args.no_compile else smollm2_compile_fn(args.tokens)
-    rows = run(chunks=args.chunks, runs=args.runs, tokens=args.tokens, redis_url=args.redis_url,
-               compile_fn=compile_fn)
-    print(f"SmolLM2 geometry (30 layers x 3 KV heads x 64), {args.tokens}-token chunks, "
+    layers, heads, head_dim, compile_fn = 30, 3, 64, None
+    if args.model or not args.no_compile:
+        from ragpic.core.model import load_model
+
+        lm = load_model(args.model, device="cpu")
+        layers, heads, head_dim = geometry(lm)
+        compile_fn = None if args.no_compile else model_compile_fn(lm, args.tokens)
+    rows = run(chunks=args.chunks, runs=args.runs, tokens=args.tokens, layers=layers, heads=heads,
+               head_dim=head_dim, redis_url=args.redis_url, compile_fn=compile_fn)
+    name = Path(args.model).name if args.model else "SmolLM2-135M"
+    print(f"{name} geometry ({layers} layers x {heads} KV heads x {head_dim}), {args.tokens}-token chunks, "
           f"{args.chunks} chunks per read, median of {args.runs}; MB/s counts decoded KV bytes")
     print(table(rows))
     if args.json_out:
