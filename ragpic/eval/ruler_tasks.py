@@ -123,10 +123,12 @@ def _vt(rng, tok, haystack, budget_of, chunk_tokens):
             names.append(name)
     question = (f"Question: Find all variables that are assigned the value {value} in the text above. "
                 "Answer with the variable names only, separated by commas.")
-    # the answer prefix names the count, so the budget is taken with the longest chain first
+
     def answer(n: int) -> str:
         return (f"Answer: According to the chain(s) of variable assignment in the text above, {n} "
                 f"variables are assigned the value {value}, they are:")
+
+    # the answer prefix names the count, so the budget is taken with the longest chain first
     sizes = chunk_sizes(budget_of(VT_INTRO, question, answer(VT_HOPS + 1)), chunk_tokens)
     if len(sizes) < 2:
         raise ValueError(f"variable tracking needs at least 2 chunks; raise --lengths above {chunk_tokens} "
