@@ -76,6 +76,8 @@ def _cases(docs: Path) -> dict[str, list[str]]:
         "eval bad chunking": ["eval", "--chunking", "tokens:zero"],
         "needle depth 2": ["eval", "needle", "--depths", "0,2"],
         "needle missing haystack": ["eval", "needle", "--haystack", str(docs / "nope")],
+        "ruler bad task": ["eval", "ruler", "--tasks", "niah,vt"],
+        "ruler missing haystack": ["eval", "ruler", "--haystack", str(docs / "nope")],
         "bench bad length": ["bench", "--context-tokens", "1024,lots"],
         "bench context below query": ["bench", "--context-tokens", "100", "--query-tokens", "200"],
         "bench bad device": ["bench", "--device", "gpu"],
@@ -116,6 +118,8 @@ def test_usage_error_is_one_line_with_exit_code_2(case, results):
     ("eval limit 0", ["--limit"]),
     ("eval bad dataset", ["--dataset", "JSON"]),
     ("needle depth 2", ["--depths", "[0, 1]"]),
+    ("ruler bad task", ["--tasks", "niah_single"]),
+    ("ruler missing haystack", ["--haystack"]),
     ("bench context below query", ["--context-tokens", "--query-tokens"]),
 ])
 def test_message_names_the_argument_and_what_to_pass(case, words, results):
@@ -136,7 +140,8 @@ def test_file_without_read_permission(tmp_path, capsys):
 def test_every_command_has_a_description(capsys):
     from ragpic.cli import main
 
-    for argv in (["--help"], ["demo", "--help"], ["eval", "--help"], ["eval", "needle", "--help"], ["bench", "--help"]):
+    for argv in (["--help"], ["demo", "--help"], ["eval", "--help"], ["eval", "needle", "--help"],
+                 ["eval", "ruler", "--help"], ["bench", "--help"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 0
@@ -153,7 +158,8 @@ def test_defaults_need_no_path_outside_the_package():
     assert default_dataset().is_relative_to(pkg) and default_haystack().is_relative_to(pkg)
     assert len(parse(["eval"]).examples) == 32  # the documented MuSiQue run's questions
     assert len(parse(["eval", "--limit", "2"]).examples) == 2
-    for argv in (["eval", "needle", "--lengths", "8192"], ["bench", "--context-tokens", "8192"]):
+    for argv in (["eval", "needle", "--lengths", "8192"], ["eval", "ruler", "--lengths", "8192"],
+                 ["bench", "--context-tokens", "8192"]):
         assert Path(parse(argv).haystack) == default_haystack()
     chars = sum(p.stat().st_size for p in default_haystack().glob("*.txt"))
     assert chars > 4 * 8192 + 8192  # ~4 characters per token: an 8k-token prompt fits with room

@@ -173,7 +173,7 @@ def test_evaluate_tiny_end_to_end(tmp_path):
         assert methods[m]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
         assert methods[m]["tf_top1_vs_full"] == 1.0 and methods[m]["top1_vs_full"] == 1.0
         assert methods[m]["cos_vs_full"] == pytest.approx(1.0, abs=1e-5)
-        assert methods[m]["f1_vs_full"] == 1.0
+        assert methods[m]["f1_vs_full"] == 1.0 and methods[m]["same_as_full"] == 1.0
     assert methods["legolink-1000"]["recomputed_tokens"] == methods["full"]["recomputed_tokens"]
     assert methods["naive"]["recomputed_tokens"] < methods["full"]["recomputed_tokens"]
     assert methods["naive"]["tf_kl_vs_full"] > 1e-3  # random weights: stale chunks do differ
@@ -188,6 +188,11 @@ def test_evaluate_tiny_end_to_end(tmp_path):
     assert back["methods"] == methods and back["config"]["methods"] == list(methods)
     assert [q["question"] for q in back["questions"]] == [e.question for e in examples]
     assert all(set(q["methods"]) == set(methods) for q in back["questions"])
+    for m in methods:  # answer identity: the share of questions whose normalised answer is full's
+        same = [scoring.normalize_answer(q["methods"][m]["answer"]) == scoring.normalize_answer(
+            q["methods"]["full"]["answer"]) for q in back["questions"]]
+        assert methods[m]["same_as_full"] == pytest.approx(sum(same) / len(same)), m
+    assert "same" in format_table(methods).splitlines()[0]
 
 
 def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
@@ -219,6 +224,13 @@ def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
     assert (tmp_path / "needle.png").exists() and (tmp_path / "needle-legolink-4.png").exists()
     assert res["summary"]["full"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
     assert res["summary"]["full"]["ttft_ratio_vs_full"] == 1.0
+    full_answer = {(c["length"], c["depth"]): c["answer"] for c in res["cells"] if c["method"] == "full"}
+    for m in ("full", "naive", "legolink-4", "qr-50"):  # answer identity with full, per cell and summed up
+        mine = [c for c in res["cells"] if c["method"] == m]
+        for c in mine:
+            assert c["same_as_full"] == scoring.exact_match(c["answer"], full_answer[(c["length"], c["depth"])])
+        assert res["summary"][m]["same_as_full"] == pytest.approx(sum(c["same_as_full"] for c in mine) / len(mine))
+    assert res["summary"]["full"]["same_as_full"] == 1.0
     by = {(c["length"], c["depth"], c["method"]): c["ttft_s"] for c in res["cells"]}
     for m in ("naive", "legolink-4", "qr-50"):  # the median over cells of full's link time / the method's
         ratios = sorted(by[(n, d, "full")] / by[(n, d, m)] for n in (400, 700) for d in (0, 1))

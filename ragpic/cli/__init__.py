@@ -5,7 +5,8 @@ the server (docs/ARCHITECTURE.md §2).
 - :mod:`~ragpic.cli.args`: the argument types and checks every command shares, run before a
   model loads;
 - one module per command family: :mod:`~ragpic.cli.demo`, :mod:`~ragpic.cli.eval` (``eval``,
-  ``eval needle``, ``bench``), :mod:`~ragpic.cli.store` (``store check|stats``),
+  ``eval needle``, ``bench``), :mod:`~ragpic.cli.ruler` (``eval ruler``), :mod:`~ragpic.cli.store`
+  (``store check|stats``),
   :mod:`~ragpic.cli.serve`.
 
 ``python -m ragpic.cli ...`` is the same as the ``ragpic`` console script.

@@ -23,7 +23,8 @@ Each question's passages are compiled as chunks and every method answers from th
 token sequence; reported per method: gold F1/EM, agreement with `full`'s answer, and the
 teacher-forced top-1 agreement and KL(full || method) with 95% bootstrap intervals.
 Default data: the 32 MuSiQue questions shipped in ragpic/data (CC BY 4.0). The documented
-run: ragpic eval --limit 32 --passage-tokens 192. The needle test: ragpic eval needle --help."""
+run: ragpic eval --limit 32 --passage-tokens 192. The needle test: ragpic eval needle --help;
+RULER-style synthetic tasks: ragpic eval ruler --help."""
 
 NEEDLE_DESCRIPTION = """Needle in a haystack (EPIC's setup): a sentence hidden at each depth of a
 Paul Graham essay context, cut into 512-token cached chunks; every method answers greedily.
@@ -53,7 +54,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="QA accuracy and fidelity to full of every link method "
-                        "(`ragpic eval needle --help`: the needle test)",
+                        "(`ragpic eval needle --help`: the needle test; `ragpic eval ruler --help`: RULER)",
                         description=EVAL_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     ev.add_argument("--dataset", default=None, help='JSON list of {"question", "answers", "ctxs": [{"title", '
                     '"text"}]} (default: the 32 MuSiQue questions in ragpic/data)')

@@ -1,4 +1,4 @@
-"""``ragpic demo | eval | eval needle | bench | store | serve | model`` — the command line.
+"""``ragpic demo | eval | eval needle | eval ruler | bench | store | serve | model`` — the command line.
 
 Each command registers its parser with ``set_defaults(func=..., check=...)``: ``check`` runs
 first and validates every argument without loading a model; ``func`` does the work. Adding a
@@ -18,6 +18,7 @@ import sys
 from ragpic.cli.args import Parser, UsageError
 from ragpic.cli.eval import add_bench_parser, add_eval_parser, build_needle_parser
 from ragpic.cli.demo import add_demo_parser
+from ragpic.cli.ruler import build_ruler_parser
 from ragpic.errors import RagPicError
 from ragpic.cli.model import add_parser as add_model_parser
 from ragpic.cli.serve import add_parser as add_serve_parser
@@ -29,6 +30,7 @@ Commands:
   demo          a LlamaIndex RAG app over a folder: linked KV vs full prefill, side by side
   eval          QA accuracy and fidelity to full of every link method (bundled MuSiQue questions)
   eval needle   needle in a haystack (bundled Paul Graham essays)
+  eval ruler    RULER-style synthetic tasks: needles, variable tracking across chunks, common words
   bench         link TTFT of every method vs context length
   store check   entries, bytes, corrupt and orphaned files of a KV store (--repair fixes them)
   store stats   entries, bytes per token, hits, misses, evictions and recompiles of a KV store
@@ -39,7 +41,8 @@ Commands:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``ragpic`` parser with every subcommand (``eval needle`` has its own, see :func:`parse`)."""
+    """The ``ragpic`` parser with every subcommand (``eval needle`` and ``eval ruler`` have their own,
+    see :func:`parse`)."""
     parser = Parser(prog="ragpic", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_demo_parser(sub)
@@ -53,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """Parse and check ``argv`` (raises :class:`UsageError`); nothing is loaded yet."""
-    if argv[:2] == ["eval", "needle"]:
-        args = build_needle_parser().parse_args(argv[2:])
+    if argv[:2] in (["eval", "needle"], ["eval", "ruler"]):
+        build = build_needle_parser if argv[1] == "needle" else build_ruler_parser
+        args = build().parse_args(argv[2:])
     else:
         args = build_parser().parse_args(argv)
     check = getattr(args, "check", None)
@@ -65,7 +69,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def _prog(argv: list[str]) -> str:
     """``ragpic demo``, ``ragpic eval needle``...: the command a message belongs to."""
-    words = argv[:2] if argv[:2] == ["eval", "needle"] else argv[:1]
+    words = argv[:2] if argv[:2] in (["eval", "needle"], ["eval", "ruler"]) else argv[:1]
     return " ".join(["ragpic", *(w for w in words if not w.startswith("-"))])
 
 

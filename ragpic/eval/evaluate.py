@@ -6,6 +6,8 @@ sequence, answers greedily, and is teacher-forced with ``full``'s answer:
 
 - gold F1 / EM (LongBench normalisation, max over gold answers);
 - ``f1_vs_full``: F1 of the method's answer against ``full``'s answer;
+- ``same_as_full``: answer identity with ``full``, the share of questions whose answer is
+  ``full``'s after SQuAD normalisation (exact match of the two answers);
 - ``top1_vs_full`` / ``cos_vs_full``: argmax agreement and cosine of the first-token logits;
 - ``tf_top1_vs_full`` / ``tf_kl_vs_full``: feed ``full``'s answer (and the token after it)
   through the method's linked cache; per-position argmax agreement with ``full`` and
@@ -44,8 +46,8 @@ from ragpic.eval.variants import (
 __all__ = ["DEFAULT_METHODS", "EvalReport", "build_segments", "compile_for", "evaluate_qa", "format_table",
            "normalize_methods", "plot_eval", "qa_segments", "run_methods", "teacher_forced_logits"]
 
-METRIC_KEYS = ("f1", "em", "f1_vs_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full", "tf_kl_vs_full",
-               "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens", "context_tokens")
+METRIC_KEYS = ("f1", "em", "f1_vs_full", "same_as_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full",
+               "tf_kl_vs_full", "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens", "context_tokens")
 
 
 @torch.inference_mode()
@@ -126,6 +128,7 @@ def question_scores(runs: dict[str, MethodRun], golds: Sequence[str]) -> dict[st
             "f1": scoring.max_over(scoring.f1_score, r.answer, golds),
             "em": scoring.max_over(scoring.exact_match, r.answer, golds),
             "f1_vs_full": _f1_between(r.answer, full.answer),
+            "same_as_full": scoring.exact_match(r.answer, full.answer),
             "top1_vs_full": float(scoring.top1_agreement(full.first_logits, r.first_logits)),
             "cos_vs_full": scoring.cosine(full.first_logits, r.first_logits),
             "ttft_s": r.seconds,
@@ -145,8 +148,8 @@ def aggregate(per_question: Sequence[dict[str, dict]], methods: Sequence[str]) -
     for m in methods:
         rows = [q[m] for q in per_question]
         agg = {}
-        for key in ("f1", "em", "f1_vs_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full", "tf_kl_vs_full",
-                    "recomputed_tokens", "context_tokens"):
+        for key in ("f1", "em", "f1_vs_full", "same_as_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full",
+                    "tf_kl_vs_full", "recomputed_tokens", "context_tokens"):
             vals = [r[key] for r in rows if key in r]
             agg[key] = scoring.mean(vals)
         agg["ttft_median_s"] = scoring.median([r["ttft_s"] for r in rows])
@@ -218,13 +221,14 @@ def evaluate_qa(lm: LoadedModel, examples: Sequence[QAExample], methods: Sequenc
 
 def format_table(methods: dict[str, dict]) -> str:
     """The readable stdout table."""
-    head = (f"{'method':<15}{'f1':>6}{'em':>6}{'f1~full':>8}{'top1':>6}{'cos':>7}{'tf_top1':>8}"
+    head = (f"{'method':<15}{'f1':>6}{'em':>6}{'f1~full':>8}{'same':>6}{'top1':>6}{'cos':>7}{'tf_top1':>8}"
             f"{'tf_kl':>8}  {'tf_kl 95% CI':<15}{'ttft_s':>8}{'speedup':>8}{'recomp':>8}{'ctx':>7}")
     lines = [head, "-" * len(head)]
     for m, a in methods.items():
         ci = a.get("tf_kl_vs_full_ci95", [float("nan")] * 2)
         lines.append(
-            f"{m:<15}{a['f1']:>6.3f}{a['em']:>6.3f}{a['f1_vs_full']:>8.3f}{a['top1_vs_full']:>6.2f}"
+            f"{m:<15}{a['f1']:>6.3f}{a['em']:>6.3f}{a['f1_vs_full']:>8.3f}{a['same_as_full']:>6.2f}"
+            f"{a['top1_vs_full']:>6.2f}"
             f"{a['cos_vs_full']:>7.3f}{a.get('tf_top1_vs_full', float('nan')):>8.3f}"
             f"{a.get('tf_kl_vs_full', float('nan')):>8.3f}  [{ci[0]:.3f},{ci[1]:.3f}]  "
             f"{a['ttft_median_s']:>8.3f}{a['ttft_ratio_vs_full']:>7.1f}x{a['recomputed_tokens']:>8.0f}"

@@ -4,7 +4,8 @@ The haystack is the Paul Graham essays; the needle sentence is inserted at a sen
 at each depth; the context is cut into chunks of ``chunk_tokens`` tokens, each extended to
 the next "." (so chunks end on sentences), and every chunk is a cached chunk. Each method
 answers greedily (32 tokens); the score is F1 against the needle, as the paper reports, and
-a cell is a *hit* when the answer names both "sandwich" and "dolores park".
+a cell is a *hit* when the answer names both "sandwich" and "dolores park"; ``same_as_full``
+is answer identity with ``full`` (SQuAD-normalised exact match of the two answers).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
                     "length": length, "depth": depth, "context_tokens": r.num_tokens, "chunks": len(ids),
                     "method": m, "answer": r.answer, "f1": scoring.f1_score(r.answer, NEEDLE),
                     "hit": scoring.needle_hit(r.answer, KEYWORDS), "tf_kl_vs_full": float(kl),
+                    "same_as_full": scoring.exact_match(r.answer, runs["full"].answer),
                     "ttft_s": r.seconds, "recomputed_tokens": r.recomputed,
                 })
             if progress:
@@ -133,7 +135,8 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
 
 
 def summarize(cells: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
-    """Per method: hits overall, hits in the cells where ``full`` hits, mean F1 / KL, and the
+    """Per method: hits overall, hits in the cells where ``full`` hits, mean F1 / KL / answer
+    identity with ``full``, and the
     median over cells of ``full``'s link time / the method's (``ttft_ratio_vs_full``)."""
     full_hit = {(c["length"], c["depth"]) for c in cells if c["method"] == "full" and c["hit"]}
     full_s = {(c["length"], c["depth"]): c["ttft_s"] for c in cells if c["method"] == "full"}
@@ -146,6 +149,7 @@ def summarize(cells: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
             "full_hit_cells": len(where), "hits_where_full_hits": sum(c["hit"] for c in where),
             "f1_where_full_hits": scoring.mean([c["f1"] for c in where]),
             "tf_kl_vs_full": scoring.mean([c["tf_kl_vs_full"] for c in mine]),
+            "same_as_full": scoring.mean([c["same_as_full"] for c in mine]),
             "ttft_ratio_vs_full": statistics.median(full_s[(c["length"], c["depth"])] / c["ttft_s"] for c in mine)
             if mine and all((c["length"], c["depth"]) in full_s for c in mine) else None,
         }
@@ -157,11 +161,11 @@ def format_table(result: dict) -> str:
     lines = []
     by = {(c["method"], c["length"], c["depth"]): c for c in result["cells"]}
     head = (f"{'method':<15}" + "".join(f"{L:>8}" for L in lengths)
-            + f"{'hits':>7}{'|full':>7}{'F1':>7}{'tf_kl':>8}{'speed-up':>10}")
+            + f"{'hits':>7}{'|full':>7}{'F1':>7}{'tf_kl':>8}{'same':>6}{'speed-up':>10}")
     lines += ["hits per length (of %d depths)" % len(depths), head, "-" * len(head)]
     for m, s in result["summary"].items():
         row = "".join(f"{sum(by[(m, L, d)]['hit'] for d in depths if (m, L, d) in by):>8}" for L in lengths)
         lines.append(f"{m:<15}{row}{s['hits']:>7}{s['hits_where_full_hits']:>4}/{s['full_hit_cells']:<2}"
-                     f"{s['f1']:>7.3f}{s['tf_kl_vs_full']:>8.3f}"
+                     f"{s['f1']:>7.3f}{s['tf_kl_vs_full']:>8.3f}{s['same_as_full']:>6.2f}"
                      + (f"{s['ttft_ratio_vs_full']:>9.1f}x" if s.get("ttft_ratio_vs_full") else f"{'-':>10}"))
     return "\n".join(lines)

@@ -48,6 +48,20 @@ def max_over(metric: Callable[[str, str], float], prediction: str, golds: Sequen
     return max((metric(prediction, g) for g in golds), default=0.0)
 
 
+def string_match_all(prediction: str, expected: Sequence[str]) -> float:
+    """RULER's ``string_match_all`` for one sample: the share of ``expected`` strings found in
+    ``prediction`` (case-insensitive substring; 0 for no expected strings)."""
+    low = prediction.lower()
+    return sum(e.lower() in low for e in expected) / len(expected) if expected else 0.0
+
+
+def string_match_part(prediction: str, expected: Sequence[str]) -> float:
+    """RULER's ``string_match_part`` for one sample: 1 when any ``expected`` string is in
+    ``prediction`` (case-insensitive substring), else 0."""
+    low = prediction.lower()
+    return float(any(e.lower() in low for e in expected))
+
+
 def needle_hit(answer: str, keywords: Sequence[str] = ("sandwich", "dolores park")) -> bool:
     """The answer names every keyword (case-insensitive)."""
     low = answer.lower()
