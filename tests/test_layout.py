@@ -40,7 +40,7 @@ ALLOWED = {
                             "ragpic.errors"),
     "ragpic.cache.backends": ("ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
     "ragpic.cache.store": ("ragpic.cache.store", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.core.kv",
-                           "ragpic.errors"),
+                           "ragpic.core.segments", "ragpic.errors"),
     "ragpic.cache.tools": ("ragpic.cache.tools", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
     "ragpic.cache": ("ragpic.cache.format", "ragpic.cache.store"),  # the package itself: its public names
     "ragpic.engine.generation": ("ragpic.core", "ragpic.errors"),

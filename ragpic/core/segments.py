@@ -16,7 +16,7 @@ import torch
 
 from ragpic.core.kv import ChunkKV
 
-__all__ = ["Match", "Segment", "chunk_segment", "concat_ids", "find_chunks", "on_word_boundaries", "segment_starts",
+__all__ = ["Match", "Segment", "chunk_segment", "concat_ids", "find_chunks", "inside_word", "on_word_boundaries", "segment_starts",
            "split_prompt", "text_segment"]
 
 
@@ -82,13 +82,16 @@ _DIRECT_SEARCH_LIMIT = 64
 _ANCHOR = 32
 
 
+def inside_word(prompt: str, i: int) -> bool:
+    """Whether position ``i`` of ``prompt`` lies between two word characters: the one rule for
+    where a stored chunk may not start or end (the store's text index probes the same places)."""
+    return 0 < i < len(prompt) and prompt[i - 1].isalnum() and prompt[i].isalnum()
+
+
 def on_word_boundaries(prompt: str, start: int, end: int) -> bool:
     """Whether ``prompt[start:end]`` neither starts nor ends inside a word: a cached "an"
     must not match inside "banana"."""
-    def inside(i: int) -> bool:  # between two word characters
-        return 0 < i < len(prompt) and prompt[i - 1].isalnum() and prompt[i].isalnum()
-
-    return not inside(start) and not inside(end)
+    return not inside_word(prompt, start) and not inside_word(prompt, end)
 
 
 def _occurrences(prompt: str, cands: list[str]) -> list[Match]:

@@ -50,8 +50,3 @@ class Posting:
 def posting_of(key: str, text: str) -> tuple[str, Posting]:
     """``(anchor, posting)`` of the chunk ``text`` stored under ``key``."""
     return anchor_of(text), Posting(key, len(text), text_digest(text))
-
-
-def starts(prompt: str) -> list[int]:
-    """Positions where a chunk may start: not between two word characters."""
-    return [i for i in range(len(prompt)) if i == 0 or not (prompt[i - 1].isalnum() and prompt[i].isalnum())]

@@ -4,8 +4,8 @@ Without retrieval hints (every OpenAI client) the engine must find stored chunk 
 prompt. Scanning every stored text costs O(store) per prompt (304 ms and 214 MB of text per
 worker at 100k chunks). Instead each catalogued chunk has an anchor row (see
 :mod:`ragpic.cache.format.anchors`), kept by its backend with the catalog: a prompt is probed
-at every position where a chunk may start (word boundaries, the rule of
-:func:`ragpic.core.segments.on_word_boundaries`), one hash per position, one batched lookup for
+at every position where a chunk may start (not inside a word:
+:func:`ragpic.core.segments.inside_word`, the rule the matcher applies), one hash per position, one batched lookup for
 all of them, then each hit is confirmed by a digest of the prompt slice of the chunk's length.
 The texts returned are exact substrings of the prompt, so
 :func:`~ragpic.core.segments.find_chunks` then applies the usual rules to a handful of them.
@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from ragpic.cache.format.anchors import ANCHOR, Posting, anchor_hash, starts, text_digest
+from ragpic.cache.format.anchors import ANCHOR, Posting, anchor_hash, text_digest
+from ragpic.core.segments import inside_word
 
 SHORTS_REFRESH_S = 5.0
 
@@ -53,7 +54,7 @@ class TextMatcher:
         probes: dict[str, list[int]] = {}
         lengths = self._short_lengths()
         n = len(prompt)
-        for i in starts(prompt):
+        for i in (i for i in range(n) if not inside_word(prompt, i)):
             if i + ANCHOR <= n:
                 probes.setdefault(anchor_hash(prompt[i:i + ANCHOR]), []).append(i)
             for length in lengths:
