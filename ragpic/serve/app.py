@@ -55,7 +55,8 @@ _GAUGES = {"queue_depth": ("queued", "requests waiting beyond the batch (bounded
            "requests_matching": ("matching", "requests being matched against the store"),
            "requests_linking": ("linking", "requests admitted to the batch, linking or waiting for their link"),
            "requests_decoding": ("decoding", "requests being decoded"),
-           "active_requests": ("active", "requests being matched, linked or decoded")}
+           "active_requests": ("active", "requests being matched, linked or decoded"),
+           "compiles_running": ("compiling", "compiles in progress (context-cache API and compile on a miss)")}
 
 
 def _gauges(metrics: Metrics, sched: Scheduler) -> None:
