@@ -28,9 +28,10 @@ from ragpic.errors import BadRequest
 from ragpic.serve.compiling import CompileWork, store_pieces, tokenized
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
-from ragpic.serve.outcomes import QueueFull, ShuttingDown, count_link, dropped, failed, finished, wait_idle
-from ragpic.serve.policy import Decoding, Limits, Request, State, Turn, Work, postprocess, schedule
-from ragpic.serve.running import Linking, Running, begin, start, step
+from ragpic.serve.outcomes import QueueFull, ShuttingDown, failed, wait_idle
+from ragpic.serve.policy import Decoding, Limits, Request, State, Work, postprocess, schedule
+from ragpic.serve.running import begin
+from ragpic.serve.worker import Worker
 
 __all__ = ["QueueFull", "Scheduler", "ShuttingDown", "wait_idle"]
 
@@ -63,14 +64,11 @@ class Scheduler:
         self.pool = SlabPool(max_idle=max_batch)  # the running requests' cache memory, reused
         self._waiting: collections.deque[GenJob] = collections.deque()  # being matched, then ready (job.plan)
         self._calls: collections.deque[tuple[Callable[[], object], concurrent.futures.Future]] = collections.deque()
-        self._compiles: list[CompileWork] = []
-        self._running: list[Running] = []
-        self._linking: Linking | None = None  # the one request being linked, piece by piece
+        self.worker = Worker(engine, self.pool, self.metrics)  # what the model thread holds and runs
         self._wake = threading.Condition()
         self._stop = self._draining = False
         self._abort: ShuttingDown | None = None  # set by abort(): the next turn drops everything with it
         self._last_piece: str | None = None  # the policy's carry (which kind of piece ran last)
-        self._batching = True  # off for good if the model's attention ignores batched steps
         self._matcher = concurrent.futures.ThreadPoolExecutor(MATCHERS, thread_name_prefix="ragpic-match")
         self._thread = threading.Thread(target=self._loop, name="ragpic-scheduler", daemon=True)
 
@@ -106,7 +104,7 @@ class Scheduler:
         with self._wake:
             if fresh and self._draining:
                 raise ShuttingDown("the server is shutting down: retry on another replica")
-            self._compiles.append(work)
+            self.worker.compiles.append(work)
             self._wake.notify()
         return store_pieces(self.engine.store, work)
 
@@ -130,7 +128,7 @@ class Scheduler:
         return fut
 
     def _free_slots(self) -> int:
-        return max(0, self.max_batch - len(self._running) - (self._linking is not None))
+        return max(0, self.max_batch - len(self.worker.running) - (self.worker.linking is not None))
 
     def gauges(self) -> dict[str, int]:
         """Requests by state: ``queued`` (beyond the batch: what ``max_queue`` bounds), ``matching``
@@ -139,15 +137,15 @@ class Scheduler:
         free, waiting = self._free_slots(), list(self._waiting)
         inside = waiting[:free]  # FIFO: the first ``free`` waiting ones fill the batch
         out = {"queued": len(waiting) - len(inside), "matching": sum(j.plan is None for j in inside),
-               "linking": (self._linking is not None) + sum(j.plan is not None for j in inside),
-               "decoding": len(self._running)}
+               "linking": (self.worker.linking is not None) + sum(j.plan is not None for j in inside),
+               "decoding": len(self.worker.running)}
         out["active"] = out["matching"] + out["linking"] + out["decoding"]
-        out["compiling"] = len(self._compiles)
+        out["compiling"] = len(self.worker.compiles)
         return out
 
     @property
     def idle(self) -> bool:
-        return not (self._waiting or self._running or self._linking or self._compiles)
+        return not (self._waiting or self.worker.running or self.worker.linking or self.worker.compiles)
 
     # -- the matcher threads -----------------------------------------------------------------
     def _prepare(self, job: GenJob) -> None:
@@ -186,16 +184,10 @@ class Scheduler:
     def _loop(self) -> None:
         with torch.inference_mode():  # link's caches are inference tensors; decode writes them
             self._turns()
-        gone = ShuttingDown("the server stopped")
-        for r in self._running:
-            self._release(r)
-        if self._linking is not None:
-            self._linking.link.abandon()
-        for w in self._compiles:
-            w.end(gone)
+        self.worker.close()
 
     def _work(self) -> bool:
-        return bool(self._running or self._linking or self._compiles
+        return bool(self.worker.running or self.worker.linking or self.worker.compiles
                     or any(j.plan is not None or j.cancelled for j in self._waiting))
 
     def _turns(self) -> None:
@@ -213,12 +205,12 @@ class Scheduler:
                     if isinstance(items[i], GenJob) and items[i] in self._waiting:
                         self._waiting.remove(items[i])
                 if turn.admit:
-                    self._linking = items[turn.admit[0]].plan
-                    items[id(self._linking)] = self._linking
+                    self.worker.linking = items[turn.admit[0]].plan
+                    items[id(self.worker.linking)] = self.worker.linking
             if call is not None:
                 self._run_call(*call)
             try:
-                self._execute(turn, items, aborted)
+                self.worker.execute(turn, items, aborted)
             except Exception:  # a bookkeeping bug must not stop the server's only model thread
                 log.exception("scheduler turn failed")
             self._last_piece = postprocess(state, turn).last_piece
@@ -233,32 +225,18 @@ class Scheduler:
                            Request(id(j), link.num_tokens + link.extra_capacity, link.pieces, link.piece_rows,
                                    cancelled=j.cancelled))
         linking = None
-        if self._linking is not None:
-            ln = self._linking.link
-            items[id(self._linking)] = self._linking
-            linking = Work(id(self._linking), ln.pieces - ln.done_pieces, ln.piece_rows,
-                           ln.num_tokens + ln.extra_capacity, self._linking.job.cancelled)
-        items.update({id(w): w for w in self._compiles})
-        items.update({id(r): r for r in self._running})
-        compiles = tuple(Work(id(w), w.pieces_left, w.next_rows, 0, w.cancelled) for w in self._compiles)
+        if self.worker.linking is not None:
+            ln = self.worker.linking.link
+            items[id(self.worker.linking)] = self.worker.linking
+            linking = Work(id(self.worker.linking), ln.pieces - ln.done_pieces, ln.piece_rows,
+                           ln.num_tokens + ln.extra_capacity, self.worker.linking.job.cancelled)
+        items.update({id(w): w for w in self.worker.compiles})
+        items.update({id(r): r for r in self.worker.running})
+        compiles = tuple(Work(id(w), w.pieces_left, w.next_rows, 0, w.cancelled) for w in self.worker.compiles)
         running = tuple(Decoding(id(r), r.bufs.prompt_len + r.params.max_new_tokens, r.job.cancelled)
-                        for r in self._running)
+                        for r in self.worker.running)
         return State(Limits(self.max_batch, self.max_kv_rows), tuple(waiting), linking, compiles, running,
                      self._last_piece, abort), items
-
-    def _execute(self, turn: Turn, items: dict[int, object], aborted: ShuttingDown | None) -> None:
-        for i in turn.drop:
-            self._drop(items[i], aborted)
-        if turn.piece is not None:
-            # counted as it runs: streams running now wait for it (the turn log, docs/SERVING.md)
-            self.metrics.piece(turn.piece.kind, turn.piece.rows, bool(self._running))
-            if turn.piece.kind == "link":
-                self._link_piece()
-            else:
-                self._compile_piece(items[turn.piece.id])
-        runs = [items[i] for i in turn.decode]
-        if runs:
-            self._step(runs)
 
     def _run_call(self, fn: Callable[[], object], fut: concurrent.futures.Future) -> None:
         if fut.set_running_or_notify_cancel():
@@ -267,72 +245,3 @@ class Scheduler:
             except BaseException as exc:  # the caller gets it; the loop goes on
                 fut.set_exception(exc)
 
-    def _drop(self, item, aborted: ShuttingDown | None) -> None:
-        if isinstance(item, CompileWork):
-            self._compiles.remove(item)
-            self.metrics.inc("compiles", outcome="shutdown" if aborted else "cancelled")
-            item.end(aborted if aborted is not None and not item.cancelled else None)
-            return
-        if isinstance(item, Linking):
-            self._linking = None
-            item.link.abandon()
-        elif isinstance(item, Running):
-            self._running.remove(item)
-            self._release(item)
-        dropped(self.metrics, item if isinstance(item, GenJob) else item.job, aborted)
-
-    def _compile_piece(self, work: CompileWork) -> None:
-        try:
-            work.run_piece(self.engine.lm)
-        except Exception:  # the requester gets it (store_pieces raises it)
-            log.exception("a compile piece failed")
-        if work.pieces_left == 0 or work.failed is not None:
-            self._compiles.remove(work)
-            self.metrics.inc("compiles", outcome="error" if work.failed is not None else "ok")
-
-    def _link_piece(self) -> None:
-        # self._linking stays set until the link ends: it holds a batch slot (admission counts it)
-        linking = self._linking
-        try:
-            if not linking.link.advance():
-                return
-            run = start(self.engine, linking)
-        except Exception as exc:
-            self._linking = None
-            linking.link.abandon()
-            if linking.link.result is not None:  # linked, but no running request took the cache
-                self.pool.release(linking.link.result.cache)
-            failed(self.metrics, linking.job, exc, where="link")
-            return
-        count_link(self.metrics, run)
-        if run.done:  # finished at its first token
-            finished(self.metrics, run)
-            self._release(run)
-        else:
-            self._running.append(run)
-        self._linking = None  # after the append: the slot passes from linking to running
-
-    def _step(self, runs: list[Running]) -> None:
-        try:
-            if not step(self.engine, runs, self._batching) and self._batching:
-                log.warning("this model's attention does not honour batched decode steps: decoding one "
-                            "request at a time")
-                self._batching = False
-        except Exception as exc:
-            for r in runs:
-                self._running.remove(r)
-                failed(self.metrics, r.job, exc, where="decode")
-                self._release(r)
-            return
-        self.metrics.stepped()
-        self.metrics.observe("batch", len(runs))
-        for r in runs:
-            if r.done:
-                self._running.remove(r)
-                finished(self.metrics, r)
-                self._release(r)
-
-    def _release(self, run: Running) -> None:
-        if run.cache is not None:
-            self.pool.release(run.cache)
-            run.cache = None
