@@ -87,7 +87,8 @@ def test_a_request_being_matched_is_passed_over_not_admitted():
 def test_the_kv_budget_holds_requests_back_until_rows_are_free():
     limits = Limits(max_batch=8, max_kv_rows=1000)
     state = State(limits, running=(Decoding(1, 600),),
-                  waiting=(Request(2, rows=500, pieces=1, piece_rows=500), Request(3, rows=100, pieces=1, piece_rows=100)))
+                  waiting=(Request(2, rows=500, pieces=1, piece_rows=500),
+                           Request(3, rows=100, pieces=1, piece_rows=100)))
     turn = schedule(state)
     assert turn.admit == ()  # 600 + 500 > 1000: the head waits, and the small one behind it too (FIFO)
     assert turn.piece is None and turn.decode == (1,)
@@ -107,7 +108,8 @@ def test_an_idle_server_admits_a_request_over_the_budget_rather_than_stall():
 def test_cancelled_work_is_dropped_wherever_it_is():
     state = State(LIMITS, waiting=(Request(1, rows=10, cancelled=True), Request(2, rows=10, pieces=1, piece_rows=10)),
                   linking=Work(3, pieces_left=2, piece_rows=8, rows=20, cancelled=True),
-                  compiles=(Work(4, pieces_left=3, piece_rows=100, cancelled=True), Work(5, pieces_left=1, piece_rows=9)),
+                  compiles=(Work(4, pieces_left=3, piece_rows=100, cancelled=True),
+                            Work(5, pieces_left=1, piece_rows=9)),
                   running=(Decoding(6, 10, cancelled=True), Decoding(7, 10)))
     turn = schedule(state)
     assert set(turn.drop) == {1, 3, 4, 6}

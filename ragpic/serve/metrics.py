@@ -1,7 +1,9 @@
 """Server metrics in the Prometheus text exposition format (written by hand: no dependency).
 
 One :class:`Metrics` per server, shared by the HTTP handlers and the scheduler thread (a lock
-guards every update). ``render()`` is what ``GET /metrics`` returns.
+guards every update). ``render()`` is what ``GET /metrics`` returns. The turn log
+(:meth:`Metrics.piece`, :meth:`Metrics.stepped`) keeps what the scheduler's policy promises
+checkable from outside: the most pieces run between two decode steps, the largest pieces.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ _COUNTERS = {
 # The turn log's peaks (docs/SERVING.md, *The turn*): what the policy promises, checked live.
 _PEAKS = {
     "pieces_between_decode_steps_max": "most pieces run between two decode steps while requests decoded (1)",
-    "link_piece_rows_max": "most rows one link piece forwarded",
+    "link_piece_rows_max": "largest link piece run (its planned rows: at most --link-piece)",
     "compile_piece_rows_max": "most rows one compile piece forwarded",
 }
 
@@ -125,7 +127,8 @@ class Metrics:
                                     ("decode_batch_size", self.batch, "requests served by one decode forward")):
                 out += [f"# HELP ragpic_{name} {doc}", f"# TYPE ragpic_{name} histogram", *hist.lines(f"ragpic_{name}")]
             for name, doc in _PEAKS.items():
-                out += [f"# HELP ragpic_{name} {doc}", f"# TYPE ragpic_{name} gauge", f"ragpic_{name} {self._peaks[name]}"]
+                out += [f"# HELP ragpic_{name} {doc}", f"# TYPE ragpic_{name} gauge",
+                        f"ragpic_{name} {self._peaks[name]}"]
         for name, (doc, read) in self.gauges.items():
             out += [f"# HELP ragpic_{name} {doc}", f"# TYPE ragpic_{name} gauge", f"ragpic_{name} {read():g}"]
         return "\n".join(out) + "\n"
