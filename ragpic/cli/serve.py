@@ -43,8 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="longest prompt accepted (default: the model's context window)")
     p.add_argument("--link-piece", type=at_least(0), default=512,
                    help="most rows one piece forwards between two decode steps of the running requests: a "
-                        "link's recomputed rows, or a compile's chunks (one chunk when longer) (0: links whole, "
-                        "compiles one chunk per piece; default 512)")
+                        "link's recomputed rows or a compile's (short chunks together, a long one in parts) "
+                        "(0: links whole, compiles one chunk per piece; default 512)")
     p.add_argument("--max-kv-rows", type=at_least(0), default=0,
                    help="KV rows (prompt + max_tokens per request) the linking and decoding requests may hold "
                         "together; a request that does not fit waits, one larger than the budget gets HTTP 413 "
