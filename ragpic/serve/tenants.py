@@ -112,6 +112,15 @@ class Tenants:
             del self._refs[key]
         return key
 
+    def owns(self, namespace: str, key: str) -> bool:
+        """Whether a prompt of ``namespace`` may link store entry ``key``."""
+        with self._lock:
+            return key in self._own.get(namespace, ())
+
+    def note(self, namespace: str, keys: list[str]) -> None:
+        with self._lock:
+            self._own[namespace].update(keys)
+
     def view(self, namespace: str) -> "Namespace | None":
         """What a prompt of ``namespace`` may link from the store (None with one namespace: all)."""
         return None if self.shared else Namespace(self, namespace)
@@ -127,10 +136,8 @@ class Namespace:
         self.tenants, self.name = tenants, name
 
     def owns(self, key: str) -> bool:
-        with self.tenants._lock:
-            return key in self.tenants._own.get(self.name, ())
+        return self.tenants.owns(self.name, key)
 
     def note(self, keys: list[str]) -> None:
         """``keys`` were compiled for this namespace (on a miss): its later prompts link them."""
-        with self.tenants._lock:
-            self.tenants._own[self.name].update(keys)
+        self.tenants.note(self.name, keys)
