@@ -130,7 +130,7 @@ def _job(log: list, name: str, prompt: str, method: str, n: int, steps):
 @pytest.mark.parametrize("piece", [16, None])
 def test_a_full_link_runs_in_pieces_between_the_running_streams_steps(piece):
     """While a new request's ``full`` link runs in pieces of ``piece`` rows, the running stream
-    takes a decode step after each piece (without pieces: none until the link ends); both answers
+    takes a decode step after each piece (without pieces: none during the link); both answers
     stay greedy-equal to running each request alone."""
     import time as _time
 
@@ -159,8 +159,51 @@ def test_a_full_link_runs_in_pieces_between_the_running_streams_steps(piece):
     steps_during_b = linked["b"] - submitted  # a's steps while b was linked
     n_b = len(engine.lm.tokenizer(long_prompt, add_special_tokens=False)["input_ids"])
     if piece is None:
-        assert steps_during_b <= 1  # a step may race the submit; then one whole link
+        # one whole link while a decoded, a's steps around it only: a decodes while b is being
+        # matched (off the model thread), so the steps since the submit are not the measure
+        assert sched.metrics.count("pieces", kind="link", decoding="yes") == 1
+        assert sched.metrics.peak("link_piece_rows_max") == n_b
+        assert sched.metrics.peak("pieces_between_decode_steps_max") == 1
     else:
         assert steps_during_b >= -(-n_b // piece) - 2  # one step per piece (but the last)
     done = {e[0]: e[2] for e in log if e[1] == "done"}
     assert done["a"].token_ids == want_a and done["b"].token_ids == want_b
+
+
+@pytest.mark.parametrize("recipe_method", ["legolink-16", "legolink-0"])
+def test_a_compile_in_pieces_gives_the_kv_of_one_compile(recipe_method):
+    """A compile cut into pieces of at most 16 rows (short chunks together, a long chunk in
+    parts over one appending cache) gives each chunk the KV of ``compile_chunks``, its dummy
+    rows dropped; the pieces come out whole, in order, and no piece exceeds 16 rows."""
+    from ragpic.core.compile import compile_chunks
+    from ragpic.core.methods import parse_method
+    from ragpic.serve.compiling import CompileWork, store_pieces
+
+    lm = tiny_lm("llama")
+    texts = ["a needle", "hides in the", PROMPTS[2], PROMPTS[0]]  # two short, two longer than 16 rows
+    ids = [lm.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    method = parse_method(recipe_method)
+    work = CompileWork([(f"k{i}", t, x) for i, (t, x) in enumerate(zip(texts, ids))], method, 16)
+
+    class Store:
+        def __init__(self):
+            self.put = []
+
+        def put_many(self, batch, strict):
+            self.put += list(batch.items())
+
+    store = Store()
+    rows = []
+    with torch.inference_mode():
+        while work.pieces_left:
+            rows.append(work.run_piece(lm))
+        want = compile_chunks(lm, ids, recipe=method.recipe)
+    got = store_pieces(store, work)
+    assert max(rows) <= 16 and sum(rows) == sum(work.lengths) and len(rows) > len(texts) - 1
+    assert [k for k, _ in store.put] == ["k0", "k1", "k2", "k3"] and list(got) == ["k0", "k1", "k2", "k3"]
+    for i, w in enumerate(want):
+        kv = got[f"k{i}"]
+        assert kv.base_position == w.base_position and kv.recipe == w.recipe
+        assert torch.equal(kv.token_ids, w.token_ids)
+        torch.testing.assert_close(kv.keys, w.keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(kv.values, w.values, atol=1e-5, rtol=1e-5)

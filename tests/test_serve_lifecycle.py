@@ -91,6 +91,52 @@ def test_tenants_see_only_their_own_ids(home):
         s.stop()
 
 
+def test_a_prompt_reveals_nothing_another_namespace_stored(home):
+    """Bob's prompt holding a text only alice stored: no cached token, no chunk loaded, the same
+    answer fields as a text nobody stored; once bob stores it himself, it links from the store."""
+    (home / "keys2.txt").write_text("alice key-a\nbob key-b\n")
+    s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-reveal"),
+               "--api-keys", str(home / "keys2.txt"), home=home)
+    try:
+        a, b = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a", "key-b"))
+        with a, b:
+            theirs, nobodys = SENTENCES[1], SENTENCES[2]
+            assert a.post("/v1/context_cache", json={"texts": [theirs]}).status_code == 200
+
+            def usage(c, text: str, **extra) -> dict:
+                r = c.post("/v1/chat/completions", json=body(messages=[
+                    {"role": "user", "content": f"{text}\n\nq: why?"}], **extra))
+                assert r.status_code == 200, r.text[:300]
+                g = r.json()["ragpic"]
+                return {"cached": r.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
+                        **{k: g[k] for k in ("chunks_matched", "chunks_loaded", "chunks_compiled")}}
+
+            assert usage(a, theirs)["cached"] > 0 and usage(a, theirs)["chunks_loaded"] == 1  # alice finds hers
+            for hints in ({}, {"hints": [theirs]}):  # found by the catalog, or named as a hint
+                seen = usage(b, theirs, **hints)
+                unseen = usage(b, nobodys, **({"hints": [nobodys]} if hints else {}))
+                assert seen["cached"] == 0 and seen["chunks_loaded"] == 0, seen
+                assert seen == unseen, (seen, unseen)
+            assert usage(b, theirs, hints=[theirs])["cached"] > 0  # compiled for bob on his miss: now his
+    finally:
+        s.stop()
+
+
+def test_the_kv_budget_refuses_a_request_that_cannot_fit(home):
+    s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-budget"),
+               "--max-kv-rows", "200", home=home)
+    try:
+        with s.client() as c:
+            r = c.post("/v1/chat/completions", json=body(max_tokens=190))
+            assert r.status_code == 413 and r.json()["error"]["param"] == "max_tokens", r.text
+            assert r.json()["error"]["code"] == "kv_budget_exceeded" and "--max-kv-rows" in r.text
+            r = c.post("/v1/chat/completions", json=long_body(2))  # ~360 prompt tokens: over alone
+            assert r.status_code == 413 and r.json()["error"]["param"] == "messages", r.text
+            assert c.post("/v1/chat/completions", json=body(max_tokens=4)).status_code == 200
+    finally:
+        s.stop()
+
+
 def test_cli_checks_tenant_and_timeout_flags(capsys, tmp_path):
     from ragpic.cli import main
 
@@ -99,5 +145,6 @@ def test_cli_checks_tenant_and_timeout_flags(capsys, tmp_path):
     assert main(["serve", "--api-keys", str(tmp_path / "bad")]) == 2
     assert main(["serve", "--body-timeout", "-1"]) == 2
     assert main(["serve", "--shutdown-grace", "nan"]) == 2
+    assert main(["serve", "--max-kv-rows", "-1"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and "expected 'NAMESPACE KEY'" in err and "--body-timeout" in err and "--shutdown-grace" in err

@@ -76,9 +76,9 @@ def tiny_lm(kind: str = "llama", seed: int = 0, attn: str = "sdpa", banded: bool
     return wrap_model(model, tiny_tokenizer(), name=f"tiny-{kind}-{seed}", banded_attention=banded)
 
 
-def saved_tiny_model(folder, kind: str = "llama"):
-    """Save ``tiny_lm(kind)`` as an HF model folder (for CLI ``--model PATH`` tests); returns it."""
-    lm = tiny_lm(kind)
+def saved_tiny_model(folder, kind: str = "llama", **overrides):
+    """Save ``tiny_lm(kind, **overrides)`` as an HF model folder (for CLI ``--model PATH`` tests); returns it."""
+    lm = tiny_lm(kind, **overrides)
     lm.model.save_pretrained(folder)
     lm.tokenizer.save_pretrained(folder)
     return folder

@@ -42,8 +42,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--max-prompt-tokens", type=at_least(1), default=None,
                    help="longest prompt accepted (default: the model's context window)")
     p.add_argument("--link-piece", type=at_least(0), default=512,
-                   help="most prompt rows a new request's link recomputes between two decode steps of the "
-                        "running ones (0: link whole; default 512)")
+                   help="most rows one piece forwards between two decode steps of the running requests: a "
+                        "link's recomputed rows or a compile's (short chunks together, a long one in parts) "
+                        "(0: links whole, compiles one chunk per piece; default 512)")
+    p.add_argument("--max-kv-rows", type=at_least(0), default=0,
+                   help="KV rows (prompt + max_tokens per request) the linking and decoding requests may hold "
+                        "together; a request that does not fit waits, one larger than the budget gets HTTP 413 "
+                        "(0: max-batch x the model's context window, so only --max-batch binds; default 0)")
     p.add_argument("--max-body-mb", type=at_least(1), default=4, help="largest request body (default 4 MiB)")
     p.add_argument("--max-compile-tokens", type=at_least(0), default=32768,
                    help="most tokens one POST /v1/context_cache compiles; more get HTTP 413 (0: no limit; "
@@ -125,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,
-                             link_piece=args.link_piece or None, body_timeout=args.body_timeout or None,
-                             docs=args.docs, max_compile_tokens=args.max_compile_tokens or None)
+                             link_piece=args.link_piece or None, max_kv_rows=args.max_kv_rows or None,
+                             body_timeout=args.body_timeout or None, docs=args.docs,
+                             max_compile_tokens=args.max_compile_tokens or None)
     app = create_app(engine, settings)
     print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
     http = protocol_with_header_timeout(args.header_timeout) if args.header_timeout else "h11"

@@ -10,7 +10,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ragpic.cache.format.expect import expected_for
 from ragpic.config import Config
@@ -149,27 +149,39 @@ class RagPic:
 
     # ----- segments -------------------------------------------------------------------
     def segments(self, text: str, hints: Sequence[str] | None = None,
-                 method: str | Method | None = None) -> tuple[list[Segment], MatchStats]:
+                 method: str | Method | None = None, *, mine: Callable[[str], bool] | None = None,
+                 compile_missing: Callable[[list[tuple[str, str]], Method], dict[str, ChunkKV]] | None = None,
+                 ) -> tuple[list[Segment], MatchStats]:
         """Split template-formatted prompt text into segments, loading (or compiling) chunk KV.
 
         ``hints`` are chunk texts expected in the prompt (e.g. retrieved nodes); without
         them (or when none is found) the store's catalog of chunk texts is searched.
+        ``mine`` (a server's tenants): only store keys it accepts are found in the catalog or
+        loaded; any other chunk is a miss, as if nobody had stored it. ``compile_missing``:
+        compiles and stores ``[(key, text)]`` misses, ``key -> KV`` (default: here, at once;
+        the server's scheduler compiles them in pieces between decode steps).
         """
         method = parse_method(method or self.config.method)
-        matches, stats = match_chunks(text, hints, lambda: self._stored_texts_in(text), self.cacheable)
+
+        def catalog():
+            found = self._stored_texts_in(text)
+            return found if mine is None else [t for t in found if mine(self.chunk_key(t, method))]
+
+        matches, stats = match_chunks(text, hints, catalog, self.cacheable)
         if not matches:
             return [text_segment(self.lm.tokenizer, text)], stats
         if linker_for(method).every_row:  # the same token sequence the linked methods see, all computed
             return [text_segment(self.lm.tokenizer, p) for p, _ in split_prompt(text, matches)], stats
         keys = {m.text: self.chunk_key(m.text, method) for m in matches}
-        kvs = self.store.get_many(list(dict.fromkeys(keys.values())), expect=expected_for(self.lm))
+        wanted = [k for k in dict.fromkeys(keys.values()) if mine is None or mine(k)]
+        kvs = self.store.get_many(wanted, expect=expected_for(self.lm))
         stats.loaded = len(kvs)
         from_store = set(kvs)
         missing = [(k, t) for t, k in keys.items() if k not in kvs]
         if missing and self.config.compile_on_miss:
-            compiled = self._compile_and_store(missing, method)
+            compiled = (compile_missing or self._compile_and_store)(missing, method)
             kvs.update({k: self.store.stored_form(k, kv) for k, kv in compiled.items()})
-            stats.compiled = len(missing)
+            stats.compiled = len(compiled)
         return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
 
     def _stored_texts_in(self, text: str):

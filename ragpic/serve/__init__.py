@@ -4,8 +4,9 @@ Modules (the command is :mod:`ragpic.cli.serve`): :mod:`.app` (the FastAPI app),
 (the completion routes' logic), :mod:`.bodies`
 (OpenAI request bodies, checked), :mod:`.job` (a request on its way through the scheduler
 and the events it sends back), :mod:`.responses`
-(OpenAI response bodies, SSE, JSON errors), :mod:`.scheduler` and :mod:`.running` (the thread that owns
-the model: links requests between batched decode steps), :mod:`.detok` (token ids
+(OpenAI response bodies, SSE, JSON errors), :mod:`.policy` (the scheduler's turn, a pure function),
+:mod:`.scheduler`, :mod:`.worker`, :mod:`.running` and :mod:`.compiling` (the thread that owns the model:
+link and compile pieces between batched decode steps), :mod:`.tenants` (namespaces), :mod:`.detok` (token ids
 -> text deltas, pushed one id at a time), :mod:`.metrics` (Prometheus text),
 :mod:`.context_cache` (EPIC's explicit cache API), :mod:`.reading` (request bodies: size, time,
 JSON depth, Unicode), :mod:`.outcomes` (how a request ends, counted), :mod:`.server` (uvicorn

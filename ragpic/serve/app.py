@@ -36,7 +36,8 @@ class ServeSettings:
     rows a link recomputes between two decode steps (None: links run whole); ``body_timeout``:
     seconds a body may go without a byte (408); ``docs``: serve /docs, /redoc, /openapi.json;
     ``api_keys``: several keys, each mapped to a namespace (:mod:`.tenants`); ``max_compile_tokens``:
-    most tokens one ``POST /v1/context_cache`` compiles (413 past it; None: no limit)."""
+    most tokens one ``POST /v1/context_cache`` compiles (413 past it; None: no limit); ``max_kv_rows``:
+    the KV-row budget of the linking and decoding requests (None: ``max_batch`` x the model's window)."""
 
     model_id: str
     api_key: str | None = None
@@ -49,13 +50,15 @@ class ServeSettings:
     body_timeout: float | None = 30.0
     docs: bool = False
     max_compile_tokens: int | None = 32768
+    max_kv_rows: int | None = None
 
 
 _GAUGES = {"queue_depth": ("queued", "requests waiting beyond the batch (bounded by --max-queue)"),
            "requests_matching": ("matching", "requests being matched against the store"),
            "requests_linking": ("linking", "requests admitted to the batch, linking or waiting for their link"),
            "requests_decoding": ("decoding", "requests being decoded"),
-           "active_requests": ("active", "requests being matched, linked or decoded")}
+           "active_requests": ("active", "requests being matched, linked or decoded"),
+           "compiles_running": ("compiling", "compiles in progress (context-cache API and compile on a miss)")}
 
 
 def _gauges(metrics: Metrics, sched: Scheduler) -> None:
@@ -94,7 +97,7 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
     metrics = Metrics()
     sched = Scheduler(engine, max_batch=settings.max_batch, max_queue=settings.max_queue,
                       max_prompt_tokens=settings.max_prompt_tokens, link_piece=settings.link_piece,
-                      metrics=metrics)
+                      max_kv_rows=settings.max_kv_rows, metrics=metrics)
     _gauges(metrics, sched)
     model_ids = [settings.model_id, engine.lm.name]
     keys = dict(settings.api_keys or {})

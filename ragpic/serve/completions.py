@@ -105,7 +105,7 @@ class Completions:
             raise ContextOverflowError(f"the prompt has {chars} characters, more than {limit} tokens can hold")
         hints = list(p.hints) + (await self._cached_texts(namespace, p.cache_ids) if p.cache_ids else [])
         return GenJob(messages=p.messages, prompt=p.prompt, sampling=p.sampling, method=p.method,
-                      hints=hints or None, arrived=time.perf_counter()).bind()
+                      hints=hints or None, arrived=time.perf_counter(), tenant=self.tenants.view(namespace)).bind()
 
     async def _cached_texts(self, namespace: str, ids: list[str]) -> list[str]:
         keys = self.tenants.resolve(namespace, ids, "cache_ids")  # 404 for an id of another namespace

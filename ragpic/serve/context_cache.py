@@ -19,7 +19,10 @@ import asyncio
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse
 
+from ragpic.core.methods import parse_method, recipe_dummies
+from ragpic.errors import ClientGone
 from ragpic.serve.bodies import BadRequest, quote
+from ragpic.serve.compiling import tokenized
 from ragpic.serve.tenants import Tenants
 
 __all__ = ["add_cache_routes", "namespace_of", "texts_of"]
@@ -50,20 +53,39 @@ def _texts(body: object) -> tuple[list[str], str | None]:
     return texts, method
 
 
-def _compile(engine, texts: list[str], method: str | None, max_tokens: int | None = None) -> list[dict]:
-    """On the scheduler thread (the tokenizer's one user): check, compile what is new, and
-    describe every text."""
-    _bound(engine, texts, max_tokens)
-    for i, t in enumerate(texts):
-        if not t.strip() or not engine.cacheable(t):
-            raise BadRequest(f"texts[{i}] has {engine.count_tokens(t)} tokens, fewer than min_chunk_tokens="
+class _Caller:
+    """A compile's owner: ``cancelled`` once its client went away (the scheduler drops the rest)."""
+
+    cancelled = False
+
+
+async def _watch(request: Request, caller: _Caller) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    caller.cancelled = True
+
+
+def _compile(engine, sched, texts: list[str], method: str | None, max_tokens: int | None, caller) -> list[dict]:
+    """On a worker thread: check, compile what is new in pieces on the scheduler (between
+    decode steps, docs/SERVING.md, *The turn*), and describe every text."""
+    counts = [engine.count_tokens(t) for t in texts]
+    _bound(counts, max_tokens)
+    m = parse_method(method or engine.config.method)
+    room = engine.context_window - recipe_dummies(m.recipe)
+    for i, (t, n) in enumerate(zip(texts, counts)):
+        if not t.strip() or n < engine.config.min_chunk_tokens:
+            raise BadRequest(f"texts[{i}] has {n} tokens, fewer than min_chunk_tokens="
                              f"{engine.config.min_chunk_tokens}: such short texts are never cached or matched",
                              param=f"texts[{i}]")
-    keys = [engine.chunk_key(t, method) for t in texts]
-    before = engine.store.contains_many(keys)
-    engine.compile(texts, method=method)
-    return [{"id": k, "object": "context_cache", "tokens": engine.count_tokens(t), "compiled": not hit}
-            for k, t, hit in zip(keys, texts, before)]
+        if n > room:
+            raise BadRequest(f"texts[{i}] has {n} tokens, more than the model's window allows ({room}): "
+                             f"split it", param=f"texts[{i}]")
+    keys = [engine.chunk_key(t, m) for t in texts]
+    before = engine.store.contains_many(keys, texts=texts)  # also re-catalogues stored, uncatalogued chunks
+    todo = list(dict.fromkeys((k, t) for k, t, hit in zip(keys, texts, before) if not hit))
+    sched.compile(tokenized(engine, todo), m, caller)
+    return [{"id": k, "object": "context_cache", "tokens": n, "compiled": not hit}
+            for k, n, hit in zip(keys, counts, before)]
 
 
 def namespace_of(request: Request) -> str:
@@ -71,12 +93,12 @@ def namespace_of(request: Request) -> str:
     return request.scope.get("state", {}).get("namespace", "")
 
 
-def _bound(engine, texts: list[str], max_tokens: int | None) -> None:
-    """413 for a compile over ``max_tokens`` tokens: a compile runs whole on the model thread,
-    so its size bounds how long every running stream waits (docs/SERVING.md, *Limits*)."""
+def _bound(counts: list[int], max_tokens: int | None) -> None:
+    """413 for a compile over ``max_tokens`` tokens: it runs in pieces between decode steps, but
+    its size still bounds how long the model works for one request (docs/SERVING.md, *Limits*)."""
     if max_tokens is None:
         return
-    total = sum(engine.count_tokens(t) for t in texts)
+    total = sum(counts)
     if total > max_tokens:
         raise BadRequest(f"the texts hold {total} tokens, over this server's limit of {max_tokens} per request "
                          f"(--max-compile-tokens): send them in several requests", status=413, param="texts")
@@ -84,13 +106,20 @@ def _bound(engine, texts: list[str], max_tokens: int | None) -> None:
 
 def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of, tenants: Tenants,
                      max_compile_tokens: int | None = None) -> None:
-    """Add the three routes to ``app`` (compiles run on ``sched``'s thread, with the model)."""
+    """Add the three routes to ``app`` (compiles run in pieces on ``sched``'s turns)."""
 
     @app.post("/v1/context_cache")
     async def create(request: Request):
         try:
             texts, method = _texts(await read_json(request, limit))
-            data = await asyncio.wrap_future(sched.call(lambda: _compile(engine, texts, method, max_compile_tokens)))
+            caller = _Caller()
+            watcher = asyncio.create_task(_watch(request, caller))  # a client that leaves cancels the rest
+            try:
+                data = await asyncio.to_thread(_compile, engine, sched, texts, method, max_compile_tokens, caller)
+            finally:
+                watcher.cancel()
+            if caller.cancelled:
+                raise ClientGone("the client went away")
         except Exception as exc:
             return error_of(exc)
         sched.metrics.inc("chunks_compiled", sum(d["compiled"] for d in data))  # store misses, any tenant

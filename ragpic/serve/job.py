@@ -40,6 +40,8 @@ class GenJob:
     loop: asyncio.AbstractEventLoop | None = None
     events: asyncio.Queue | None = None
     cancelled: bool = False  # set by the handler (client gone, stop): the scheduler drops the job
+    tenant: object | None = None  # the caller's namespace view (tenants.Namespace: owns, note), or None
+    plan: object | None = None  # set once matched: its running.Linking (the scheduler may admit it)
 
     def bind(self) -> "GenJob":
         """Attach to the running event loop (call from the handler)."""

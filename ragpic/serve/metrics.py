@@ -1,7 +1,9 @@
 """Server metrics in the Prometheus text exposition format (written by hand: no dependency).
 
 One :class:`Metrics` per server, shared by the HTTP handlers and the scheduler thread (a lock
-guards every update). ``render()`` is what ``GET /metrics`` returns.
+guards every update). ``render()`` is what ``GET /metrics`` returns. The turn log
+(:meth:`Metrics.piece`, :meth:`Metrics.stepped`) keeps what the scheduler's policy promises
+checkable from outside: the most pieces run between two decode steps, the largest pieces.
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ _COUNTERS = {
     "link_rows": "prompt rows the links forwarded (qr: a row of both passes twice)",
     "generated_tokens": "tokens generated",
     "decode_steps": "decode forwards (each serves a whole batch)",
+    "pieces": "link and compile pieces run, by kind and whether requests were decoding",
+    "compiles": "compiles (context-cache API and compile on a miss) ended, by outcome",
+}
+# The turn log's peaks (docs/SERVING.md, *The turn*): what the policy promises, checked live.
+_PEAKS = {
+    "pieces_between_decode_steps_max": "most pieces run between two decode steps while requests decoded (1)",
+    "link_piece_rows_max": "largest link piece run (its planned rows: at most --link-piece)",
+    "compile_piece_rows_max": "most rows one compile piece forwarded",
 }
 
 
@@ -66,6 +76,29 @@ class Metrics:
         self.link = Histogram(LINK_BUCKETS)
         self.batch = Histogram(BATCH_BUCKETS)
         self.gauges = dict(gauges or {})
+        self._peaks = {name: 0 for name in _PEAKS}
+        self._since_step = 0  # pieces since the last decode step
+
+    def piece(self, kind: str, rows: int, decoding: bool) -> None:
+        """A ``kind`` ("link", "compile") piece of ``rows`` ran; ``decoding``: requests were running
+        (they wait for it: counted until their next decode step)."""
+        with self._lock:
+            name = f"{kind}_piece_rows_max"
+            self._peaks[name] = max(self._peaks[name], rows)
+            self._since_step = self._since_step + 1 if decoding else 0
+        self.inc("pieces", kind=kind, decoding="yes" if decoding else "no")
+
+    def stepped(self) -> None:
+        """A decode step ran: the pieces since the previous one are what the streams waited for."""
+        with self._lock:
+            name = "pieces_between_decode_steps_max"
+            self._peaks[name] = max(self._peaks[name], self._since_step)
+            self._since_step = 0
+        self.inc("decode_steps")
+
+    def peak(self, name: str) -> int:
+        with self._lock:
+            return self._peaks[name]
 
     def inc(self, name: str, n: int = 1, **labels: str) -> None:
         key = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
@@ -93,6 +126,9 @@ class Metrics:
                                     ("link_seconds", self.link, "link forward time per request"),
                                     ("decode_batch_size", self.batch, "requests served by one decode forward")):
                 out += [f"# HELP ragpic_{name} {doc}", f"# TYPE ragpic_{name} histogram", *hist.lines(f"ragpic_{name}")]
+            for name, doc in _PEAKS.items():
+                out += [f"# HELP ragpic_{name} {doc}", f"# TYPE ragpic_{name} gauge",
+                        f"ragpic_{name} {self._peaks[name]}"]
         for name, (doc, read) in self.gauges.items():
             out += [f"# HELP ragpic_{name} {doc}", f"# TYPE ragpic_{name} gauge", f"ragpic_{name} {read():g}"]
         return "\n".join(out) + "\n"

@@ -12,7 +12,7 @@ import logging
 import time
 
 from ragpic.serve.job import GenJob
-from ragpic.errors import QueueFull, ShuttingDown
+from ragpic.errors import BadRequest, QueueFull, ShuttingDown
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.running import Running
 
@@ -43,7 +43,7 @@ def finished(m: Metrics, run: Running) -> None:
 
 
 def failed(m: Metrics, job: GenJob, exc: Exception, *, where: str) -> None:
-    bad_request = isinstance(exc, ValueError)  # ragpic's input errors subclass ValueError
+    bad_request = isinstance(exc, (ValueError, BadRequest))  # ragpic's input errors subclass ValueError
     if not bad_request:
         log.exception("request failed in %s", where)
     m.inc("requests", outcome="bad_request" if bad_request else "error")

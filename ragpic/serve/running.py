@@ -5,7 +5,7 @@ link, which the scheduler runs in pieces (:class:`ragpic.core.link.ChunkedLink`)
 :func:`start` then picks its first token from the link's logits (:func:`admit`: all three
 at once); :func:`step` runs one decode forward for a list of running requests: batched (:func:`ragpic.core.batch.batched_decode_step`) when the model
 supports it and there are several, else the engine's own single-request step. Both run on
-the scheduler thread, the only one that touches the model.
+the scheduler thread, the only one that touches the model; :func:`begin` runs on a matcher thread.
 """
 
 from __future__ import annotations
@@ -71,16 +71,18 @@ class Linking:
     link: ChunkedLink
 
 
-def begin(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int, piece_rows: int | None = None) -> Linking:
-    """Match ``job``'s prompt against the store and plan its link (no model work yet, but
-    compiles of chunks missing from the store).
+def begin(engine, job: GenJob, pool: SlabPool, max_prompt_tokens: int, piece_rows: int | None = None, *,
+          mine=None, compile_missing=None) -> Linking:
+    """Match ``job``'s prompt against the store and plan its link (no model work: misses are
+    compiled by ``compile_missing``, or by the engine at once; ``mine``: the store keys the
+    caller may find, see :meth:`ragpic.RagPic.segments`).
 
     Raises what the engine raises for a bad request (``ConfigError``, ``LinkError``...) and
     :class:`ContextOverflowError` for a prompt over ``max_prompt_tokens``.
     """
     method = parse_method(job.method or engine.config.method)
     params = engine.sampling(**job.sampling)
-    segs, stats = engine.segments(_text(engine, job), job.hints, method)
+    segs, stats = engine.segments(_text(engine, job), job.hints, method, mine=mine, compile_missing=compile_missing)
     n = sum(s.num_tokens for s in segs)
     if n > max_prompt_tokens:
         raise ContextOverflowError(f"the prompt has {n} tokens, more than this server's limit of "

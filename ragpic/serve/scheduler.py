@@ -1,15 +1,16 @@
-"""The scheduler thread: it owns the model and interleaves links with batched decode steps.
+"""The scheduler thread: it owns the model and executes the turns the policy returns.
 
-Each turn: run a queued model call (``/v1/context_cache`` compiles); take at most one
-waiting request into linking; run one piece of that link, at most ``link_piece`` recomputed
-rows (with nobody running, the whole link); drop cancelled jobs; then one decode forward for
-every running request (continuous batching: a request joins the batch the step after its
-link and leaves it when it finishes). Admission (docs/SERVING.md, *Admission*): a request
-that finds a free batch slot is admitted at once, only requests beyond the batch count
-against ``max_queue`` (past it :class:`QueueFull`, HTTP 429). A cancelled job is dropped
-wherever it is. :meth:`Scheduler.drain` refuses new jobs (:class:`ShuttingDown`, HTTP 503);
-:meth:`Scheduler.abort` ends every job still there with that error. A request that fails
-gets its error as an event and the loop goes on; a failed batched step fails its requests.
+Each turn (docs/SERVING.md, *The turn*) is decided by :func:`ragpic.serve.policy.schedule` from
+a snapshot of the waiting, linking, compiling and running work: drop what was cancelled, admit
+at most one ready request into linking, run one piece (a link's or a compile's, at most
+``link_piece`` rows), then one decode forward for every running request (continuous batching).
+Nothing else runs on this thread: prompt matching and store reads run on the matcher threads
+(:meth:`Scheduler.submit` hands a job to them; a job is admitted once matched), compiles are
+stored from their requester's thread (:mod:`.compiling`). Admission (docs/SERVING.md,
+*Admission*): only requests beyond the batch count against ``max_queue`` (past it
+:class:`QueueFull`, HTTP 429); a request's KV rows count against ``max_kv_rows``.
+:meth:`Scheduler.drain` refuses new work (:class:`ShuttingDown`, HTTP 503); :meth:`Scheduler.abort`
+ends everything still there with that error. A failure ends its own request; the loop goes on.
 """
 
 from __future__ import annotations
@@ -23,44 +24,52 @@ from collections.abc import Callable
 import torch
 
 from ragpic.core.ops.linked_cache import SlabPool
+from ragpic.errors import BadRequest
+from ragpic.serve.compiling import CompileWork, store_pieces, tokenized
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
-from ragpic.serve.outcomes import QueueFull, ShuttingDown, count_link, dropped, failed, finished, wait_idle
-from ragpic.serve.running import Linking, Running, begin, start, step
+from ragpic.serve.outcomes import QueueFull, ShuttingDown, failed, wait_idle
+from ragpic.serve.policy import Decoding, Limits, Request, State, Work, postprocess, schedule
+from ragpic.serve.running import begin
+from ragpic.serve.worker import Worker
 
 __all__ = ["QueueFull", "Scheduler", "ShuttingDown", "wait_idle"]
 
 log = logging.getLogger("ragpic.serve")
+MATCHERS = 4  # threads matching prompts against the store (store reads may wait on a network)
 
 
 class Scheduler:
-    """Runs every model call of one server on one thread.
+    """Runs every model step of one server on one thread.
 
     Args:
         engine: the :class:`ragpic.RagPic` whose model and store it uses.
-        max_batch: most requests decoded together (1: one at a time, the unbatched baseline).
-        max_queue: most requests waiting to be linked.
-        max_prompt_tokens: longest prompt accepted (tokens).
-        link_piece: most rows a link recomputes between two decode steps (None: links run whole).
+        max_batch: most requests linking or decoding together (1: one at a time).
+        max_queue: most requests waiting beyond the batch.
+        max_prompt_tokens: longest prompt accepted (tokens; default the model's window).
+        link_piece: most rows one piece (of a link or a compile) forwards (None: links run whole,
+            compiles one chunk per piece).
+        max_kv_rows: KV rows (prompt + max new tokens per request) the linking and running
+            requests may hold together (default ``max_batch`` x the model's window: only the
+            count binds).
         metrics: where it counts what it does.
     """
 
     def __init__(self, engine, *, max_batch: int = 8, max_queue: int = 64, max_prompt_tokens: int | None = None,
-                 link_piece: int | None = 512, metrics: Metrics | None = None):
+                 link_piece: int | None = 512, max_kv_rows: int | None = None, metrics: Metrics | None = None):
         self.engine, self.max_batch, self.max_queue, self.link_piece = engine, max_batch, max_queue, link_piece
         self.max_prompt_tokens = max_prompt_tokens or engine.context_window
+        self.max_kv_rows = max_kv_rows or max_batch * engine.context_window
         self.metrics = metrics or Metrics()
         self.pool = SlabPool(max_idle=max_batch)  # the running requests' cache memory, reused
-        self._waiting: collections.deque[GenJob] = collections.deque()
+        self._waiting: collections.deque[GenJob] = collections.deque()  # being matched, then ready (job.plan)
         self._calls: collections.deque[tuple[Callable[[], object], concurrent.futures.Future]] = collections.deque()
-        self._running: list[Running] = []
-        self._linking: Linking | None = None  # the one request being linked, piece by piece
+        self.worker = Worker(engine, self.pool, self.metrics)  # what the model thread holds and runs
         self._wake = threading.Condition()
-        self._stop = False
-        self._draining = False
-        self._abort: ShuttingDown | None = None  # set by abort(): the loop fails every job with it
-        self._matching = 0  # a job being matched against the store (begin), for the gauges
-        self._batching = True  # off for good if the model's attention ignores batched steps
+        self._stop = self._draining = False
+        self._abort: ShuttingDown | None = None  # set by abort(): the next turn drops everything with it
+        self._last_piece: str | None = None  # the policy's carry (which kind of piece ran last)
+        self._matcher = concurrent.futures.ThreadPoolExecutor(MATCHERS, thread_name_prefix="ragpic-match")
         self._thread = threading.Thread(target=self._loop, name="ragpic-scheduler", daemon=True)
 
     # -- from other threads ----------------------------------------------------------------
@@ -73,17 +82,31 @@ class Scheduler:
             self._stop = True
             self._wake.notify()
         self._thread.join(timeout)
+        self._matcher.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, job: GenJob) -> None:
-        """Queue ``job``; raises :class:`QueueFull` when the batch is full and ``max_queue`` jobs
-        wait beyond it already, :class:`ShuttingDown` after :meth:`drain`."""
+        """Queue ``job`` and start matching it (off this and the model thread); raises
+        :class:`QueueFull` when the batch is full and ``max_queue`` jobs wait beyond it already,
+        :class:`ShuttingDown` after :meth:`drain`."""
         with self._wake:
             if self._draining:
                 raise ShuttingDown("the server is shutting down: retry on another replica")
             if len(self._waiting) >= self.max_queue + self._free_slots():
                 raise QueueFull(f"{self.gauges()['queued']} requests are waiting beyond the batch (--max-queue {self.max_queue})")
             self._waiting.append(job)
+        self._matcher.submit(self._prepare, job)
+
+    def compile(self, todo: list[tuple[str, str, list[int]]], method, owner=None, *, fresh: bool = True) -> dict:
+        """Blocking, off the model thread: compile ``todo`` (``(key, text, ids)``) in pieces between
+        decode steps and store each piece as it finishes; ``key -> KV`` of what was stored (all,
+        unless ``owner.cancelled`` cut it short). ``fresh`` (a new request): refused while draining."""
+        work = CompileWork(todo, method, self.link_piece, owner)
+        with self._wake:
+            if fresh and self._draining:
+                raise ShuttingDown("the server is shutting down: retry on another replica")
+            self.worker.compiles.append(work)
             self._wake.notify()
+        return store_pieces(self.engine.store, work)
 
     def drain(self) -> None:
         """Take no new job (running and waiting ones go on)."""
@@ -91,169 +114,134 @@ class Scheduler:
             self._draining = True
 
     def abort(self, exc: ShuttingDown) -> None:
-        """End every job still waiting, linking or decoding with ``exc`` (on the loop's next turn)."""
+        """End every job and compile still there with ``exc`` (on the loop's next turn)."""
         with self._wake:
             self._abort = exc
             self._wake.notify()
 
-    def _free_slots(self) -> int:
-        return max(0, self.max_batch - len(self._running) - (self._linking is not None) - self._matching)
-
     def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
-        """Run ``fn()`` on the scheduler thread between steps (anything that uses the model)."""
+        """Run ``fn()`` on the scheduler thread between two turns."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._wake:
             self._calls.append((fn, fut))
             self._wake.notify()
         return fut
 
+    def _free_slots(self) -> int:
+        return max(0, self.max_batch - len(self.worker.running) - (self.worker.linking is not None))
+
     def gauges(self) -> dict[str, int]:
-        """Requests by state: ``queued`` (beyond the batch: what ``max_queue`` bounds),
-        ``matching`` (against the store), ``linking`` (admitted to the batch, link running or
-        to start), ``decoding``, and ``active`` (matching + linking + decoding)."""
-        free = self._free_slots()
-        out = {"queued": max(0, len(self._waiting) - free), "matching": self._matching,
-               "linking": (self._linking is not None) + min(len(self._waiting), free), "decoding": len(self._running)}
+        """Requests by state: ``queued`` (beyond the batch: what ``max_queue`` bounds), ``matching``
+        (against the store, in the batch), ``linking`` (admitted, link running or to start),
+        ``decoding``, ``active`` (the three); and ``compiling``: compiles in progress."""
+        free, waiting = self._free_slots(), list(self._waiting)
+        inside = waiting[:free]  # FIFO: the first ``free`` waiting ones fill the batch
+        out = {"queued": len(waiting) - len(inside), "matching": sum(j.plan is None for j in inside),
+               "linking": (self.worker.linking is not None) + sum(j.plan is not None for j in inside),
+               "decoding": len(self.worker.running)}
         out["active"] = out["matching"] + out["linking"] + out["decoding"]
+        out["compiling"] = len(self.worker.compiles)
         return out
 
     @property
     def idle(self) -> bool:
-        return not (self._waiting or self._running or self._linking or self._matching)
+        return not (self._waiting or self.worker.running or self.worker.linking or self.worker.compiles)
+
+    # -- the matcher threads -----------------------------------------------------------------
+    def _prepare(self, job: GenJob) -> None:
+        """Match ``job`` against the store (compiling misses in pieces) and plan its link."""
+        try:
+            if job.cancelled:
+                return  # the loop drops it
+            compile_missing = lambda missing, method: self._compile_missing(job, missing, method)  # noqa: E731
+            plan = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece,
+                         mine=job.tenant.owns if job.tenant else None, compile_missing=compile_missing)
+            rows = plan.link.num_tokens + plan.link.extra_capacity
+            if rows > self.max_kv_rows:
+                field = "max_tokens" if plan.link.num_tokens <= self.max_kv_rows else "messages"
+                raise BadRequest(f"the prompt ({plan.link.num_tokens} tokens) and max_tokens "
+                                 f"({plan.link.extra_capacity}) need {rows} KV rows, more than this server's budget "
+                                 f"of {self.max_kv_rows} (--max-kv-rows)", status=413, param=field,
+                                 code="kv_budget_exceeded")
+        except Exception as exc:
+            with self._wake:
+                if job not in self._waiting:
+                    return  # dropped meanwhile (cancelled, aborted): counted there
+                self._waiting.remove(job)
+            failed(self.metrics, job, exc, where="match")
+            return
+        with self._wake:
+            job.plan = plan
+            self._wake.notify()
+
+    def _compile_missing(self, job: GenJob, missing: list[tuple[str, str]], method) -> dict:
+        got = self.compile(tokenized(self.engine, missing), method, job, fresh=False)
+        if job.tenant is not None:
+            job.tenant.note(list(got))  # the caller's own now: its next prompts find them
+        return got
 
     # -- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
         with torch.inference_mode():  # link's caches are inference tensors; decode writes them
             self._turns()
-        for r in self._running:  # shutting down
-            self._release(r)
-        if self._linking is not None:
-            self._linking.link.abandon()
+        self.worker.close()
+
+    def _work(self) -> bool:
+        return bool(self.worker.running or self.worker.linking or self.worker.compiles
+                    or any(j.plan is not None or j.cancelled for j in self._waiting))
 
     def _turns(self) -> None:
         while True:
             with self._wake:
-                while not (self._stop or self._abort or self._waiting or self._calls or self._running
-                           or self._linking):
+                while not (self._stop or self._abort or self._calls or self._work()):
                     self._wake.wait()
                 if self._stop:
                     break
                 aborted, self._abort = self._abort, None
-                gone = [j for j in self._waiting if j.cancelled or aborted]
-                self._waiting = collections.deque(j for j in self._waiting if not (j.cancelled or aborted))
                 call = self._calls.popleft() if self._calls else None
-                free = self._linking is None and len(self._running) < self.max_batch
-                job = self._waiting.popleft() if self._waiting and free else None
-                self._matching = int(job is not None)
-            for j in gone:
-                dropped(self.metrics, j, aborted)
+                state, items = self._snapshot(aborted is not None)
+                turn = schedule(state)
+                for i in (*turn.drop, *turn.admit):  # out of the queue (under the lock: submit counts it)
+                    if isinstance(items[i], GenJob) and items[i] in self._waiting:
+                        self._waiting.remove(items[i])
+                if turn.admit:
+                    self.worker.linking = items[turn.admit[0]].plan
+                    items[id(self.worker.linking)] = self.worker.linking
+            if call is not None:
+                self._run_call(*call)
             try:
-                if aborted:
-                    self._abort_running(aborted)
-                self._turn(call, job)
+                self.worker.execute(turn, items, aborted)
             except Exception:  # a bookkeeping bug must not stop the server's only model thread
                 log.exception("scheduler turn failed")
+            self._last_piece = postprocess(state, turn).last_piece
 
-    def _turn(self, call, job: GenJob | None) -> None:
-        if call is not None:
-            self._run_call(*call)
-        if job is not None:
-            self._begin(job)
-        if self._linking is not None:
-            self._link_piece()
-        self._drop_cancelled()
-        if self._running:
-            self._step()
+    def _snapshot(self, abort: bool) -> tuple[State, dict[int, object]]:
+        items: dict[int, object] = {}
+        waiting = []
+        for j in self._waiting:
+            items[id(j)] = j
+            link = j.plan.link if j.plan is not None else None
+            waiting.append(Request(id(j), ready=False, cancelled=j.cancelled) if link is None else
+                           Request(id(j), link.num_tokens + link.extra_capacity, link.pieces, link.piece_rows,
+                                   cancelled=j.cancelled))
+        linking = None
+        if self.worker.linking is not None:
+            ln = self.worker.linking.link
+            items[id(self.worker.linking)] = self.worker.linking
+            linking = Work(id(self.worker.linking), ln.pieces - ln.done_pieces, ln.piece_rows,
+                           ln.num_tokens + ln.extra_capacity, self.worker.linking.job.cancelled)
+        items.update({id(w): w for w in self.worker.compiles})
+        items.update({id(r): r for r in self.worker.running})
+        compiles = tuple(Work(id(w), w.pieces_left, w.next_rows, 0, w.cancelled) for w in self.worker.compiles)
+        running = tuple(Decoding(id(r), r.bufs.prompt_len + r.params.max_new_tokens, r.job.cancelled)
+                        for r in self.worker.running)
+        return State(Limits(self.max_batch, self.max_kv_rows), tuple(waiting), linking, compiles, running,
+                     self._last_piece, abort), items
 
     def _run_call(self, fn: Callable[[], object], fut: concurrent.futures.Future) -> None:
-        if not fut.set_running_or_notify_cancel():
-            return
-        try:
-            fut.set_result(fn())
-        except BaseException as exc:  # the caller gets it; the loop goes on
-            fut.set_exception(exc)
+        if fut.set_running_or_notify_cancel():
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # the caller gets it; the loop goes on
+                fut.set_exception(exc)
 
-    def _begin(self, job: GenJob) -> None:
-        try:
-            if job.cancelled:
-                dropped(self.metrics, job, None)
-            else:
-                self._linking = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece)
-        except Exception as exc:
-            failed(self.metrics, job, exc, where="link")
-        finally:
-            self._matching = 0
-
-    def _abort_running(self, exc: ShuttingDown) -> None:
-        if self._linking is not None:
-            linking, self._linking = self._linking, None
-            linking.link.abandon()
-            dropped(self.metrics, linking.job, exc)
-        for r in list(self._running):
-            self._running.remove(r)
-            dropped(self.metrics, r.job, exc)
-            self._release(r)
-
-    def _link_piece(self) -> None:
-        # self._linking stays set until the link ends: it holds a batch slot (admission counts it)
-        linking = self._linking
-        if linking.job.cancelled:
-            self._linking = None
-            linking.link.abandon()
-            dropped(self.metrics, linking.job, None)
-            return
-        try:
-            # One piece while others decode; with nobody decoding there is no one to wait for.
-            while not linking.link.advance() and not self._running:
-                pass
-            if not linking.link.done:
-                return
-            run = start(self.engine, linking)
-        except Exception as exc:
-            self._linking = None
-            linking.link.abandon()
-            if linking.link.result is not None:  # linked, but no running request took the cache
-                self.pool.release(linking.link.result.cache)
-            failed(self.metrics, linking.job, exc, where="link")
-            return
-        count_link(self.metrics, run)
-        if run.done:  # finished at its first token
-            self._finish(run)
-        else:
-            self._running.append(run)
-        self._linking = None  # after the append: the slot passes from linking to running
-
-    def _step(self) -> None:
-        runs = list(self._running)
-        try:
-            if not step(self.engine, runs, self._batching) and self._batching:
-                log.warning("this model's attention does not honour batched decode steps: decoding one "
-                            "request at a time")
-                self._batching = False
-        except Exception as exc:
-            for r in runs:
-                self._running.remove(r)
-                failed(self.metrics, r.job, exc, where="decode")
-                self._release(r)
-            return
-        self.metrics.inc("decode_steps")
-        self.metrics.observe("batch", len(runs))
-        for r in runs:
-            if r.done:
-                self._running.remove(r)
-                self._finish(r)
-
-    def _finish(self, run: Running) -> None:
-        finished(self.metrics, run)
-        self._release(run)
-
-    def _drop_cancelled(self) -> None:
-        for r in [r for r in self._running if r.job.cancelled]:
-            self._running.remove(r)
-            dropped(self.metrics, r.job, None)
-            self._release(r)
-
-    def _release(self, run: Running) -> None:
-        if run.cache is not None:
-            self.pool.release(run.cache)
-            run.cache = None

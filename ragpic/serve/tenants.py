@@ -9,9 +9,10 @@ namespace"); GET and DELETE see only the caller's ids (404 otherwise). The KV un
 shared by content address with a reference count per store key: a DELETE drops the caller's
 reference, and the store entry goes with the last one.
 
-Limits (docs/SERVING.md, *Tenants*): the id registry lives in this process (ids are per
-replica and do not survive a restart), and a prompt that contains a chunk any namespace
-stored still links it from the store (the engine's catalog match is not per namespace).
+Prompt matching is per namespace too (:class:`Namespace`): a prompt links from the store only
+the chunks its namespace stored or compiled, so ``cached_tokens`` never says that another
+namespace stored a text. Limit (docs/SERVING.md, *Tenants*): the registry lives in this
+process (ids are per replica and do not survive a restart).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from ragpic.serve.bodies import BadRequest, quote
 
-__all__ = ["Tenants", "read_keys_file"]
+__all__ = ["Namespace", "Tenants", "read_keys_file"]
 
 
 def read_keys_file(path: str | Path) -> dict[str, str]:
@@ -51,6 +52,7 @@ class Tenants:
         self.shared = len(set(self.keys.values())) <= 1
         self._ids: dict[str, dict[str, str]] = collections.defaultdict(dict)  # namespace -> id -> store key
         self._refs: collections.Counter[str] = collections.Counter()  # store key -> namespaces holding it
+        self._own: dict[str, set[str]] = collections.defaultdict(set)  # namespace -> store keys it may link
         self._lock = threading.Lock()
 
     def namespace(self, authorization: str | None) -> str | None:
@@ -78,6 +80,7 @@ class Tenants:
                 if new:
                     mine[cid] = key
                     self._refs[key] += 1
+                self._own[namespace].add(key)
                 out.append((cid, new))
         return out
 
@@ -102,8 +105,39 @@ class Tenants:
         key = self.resolve(namespace, [cid], "id")[cid]
         with self._lock:
             self._ids[namespace].pop(cid, None)
+            self._own[namespace].discard(key)
             self._refs[key] -= 1
             if self._refs[key] > 0:
                 return None
             del self._refs[key]
         return key
+
+    def owns(self, namespace: str, key: str) -> bool:
+        """Whether a prompt of ``namespace`` may link store entry ``key``."""
+        with self._lock:
+            return key in self._own.get(namespace, ())
+
+    def note(self, namespace: str, keys: list[str]) -> None:
+        with self._lock:
+            self._own[namespace].update(keys)
+
+    def view(self, namespace: str) -> "Namespace | None":
+        """What a prompt of ``namespace`` may link from the store (None with one namespace: all)."""
+        return None if self.shared else Namespace(self, namespace)
+
+
+class Namespace:
+    """One namespace's side of prompt matching: a prompt links a stored chunk only when the
+    namespace stored it (``POST /v1/context_cache``) or compiled it on a miss; any other is a
+    miss, compiled again, so nothing in an answer (``cached_tokens``, ``chunks_loaded``...)
+    depends on what other namespaces stored (docs/SERVING.md, *Tenants*)."""
+
+    def __init__(self, tenants: Tenants, name: str):
+        self.tenants, self.name = tenants, name
+
+    def owns(self, key: str) -> bool:
+        return self.tenants.owns(self.name, key)
+
+    def note(self, keys: list[str]) -> None:
+        """``keys`` were compiled for this namespace (on a miss): its later prompts link them."""
+        self.tenants.note(self.name, keys)

@@ -1,0 +1,157 @@
+"""A compile as a job of pieces: the model thread runs one piece per turn, another thread stores them.
+
+A :class:`CompileWork` is the chunks to compile (tokenized off the model thread) cut into
+pieces of at most ``piece_rows`` rows: consecutive short chunks together, a longer chunk in
+parts (a causal prefill continued over an appending cache: each part's rows attend to the
+parts before, so the chunk's KV is that of one prefill, up to rounding). The scheduler runs
+one piece per turn between decode steps (docs/SERVING.md, *The turn*) with
+:meth:`CompileWork.run_piece`, which only runs the model; :func:`store_pieces`, on the
+caller's thread (a request handler's worker thread or a matcher thread, never the event loop
+nor the model thread), writes each finished chunk to the store as it comes. A work whose
+owner is cancelled (its client left) is dropped by the scheduler: the store then holds
+exactly the chunks whose pieces all finished, each whole and valid.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from ragpic.core.compile import compile_chunks, dummy_token_id
+from ragpic.core.forward import prefill
+from ragpic.core.kv import ChunkKV
+from ragpic.core.methods import Method, recipe_dummies
+from ragpic.core.ops.device import to_device
+
+__all__ = ["CompileWork", "store_pieces", "tokenized"]
+
+_ENDED = object()  # queued after the last piece (or when the work was dropped or failed)
+
+
+def _pieces(lengths: list[int], piece_rows: int | None) -> list[tuple[list[int], int, int | None]]:
+    """Pieces as ``(chunk indices, first row, end row)``: consecutive whole chunks (end None)
+    holding <= ``piece_rows`` rows together, or rows ``[a, b)`` of one longer chunk (None: one
+    chunk per piece)."""
+    out: list[tuple[list[int], int, int | None]] = []
+    rows = 0
+    for i, n in enumerate(lengths):
+        if piece_rows is not None and n > piece_rows:
+            out += [([i], a, min(a + piece_rows, n)) for a in range(0, n, piece_rows)]
+        elif out and out[-1][2] is None and piece_rows is not None and rows + n <= piece_rows:
+            out[-1][0].append(i)
+            rows += n
+        else:
+            out.append(([i], 0, None))
+            rows = n
+    return out
+
+
+class CompileWork:
+    """Chunks to compile in pieces.
+
+    Args:
+        todo: ``(store key, text, token ids)`` per chunk, in order.
+        method: whose recipe compiles them (``plain``, ``bosN``).
+        piece_rows: most rows per piece (with the recipe's dummy rows; None: one chunk per piece).
+        owner: anything with a ``cancelled`` flag (a job, a handler's token): the work follows it.
+    """
+
+    def __init__(self, todo: Sequence[tuple[str, str, list[int]]], method: Method, piece_rows: int | None,
+                 owner=None):
+        self.todo, self.recipe, self.owner = list(todo), method.recipe, owner
+        dummies = recipe_dummies(self.recipe)
+        self.lengths = [len(ids) + dummies for _, _, ids in self.todo]
+        self.pieces = _pieces(self.lengths, piece_rows)
+        self.done_pieces = 0
+        self.failed: BaseException | None = None
+        self.results: queue.Queue = queue.Queue()
+        self._cancelled = False
+        self._partial: DynamicCache | None = None  # a long chunk's cache between its parts
+        if not self.pieces:  # nothing to compile: ended already
+            self.end()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled or bool(getattr(self.owner, "cancelled", False))
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    @property
+    def pieces_left(self) -> int:
+        return len(self.pieces) - self.done_pieces
+
+    @property
+    def next_rows(self) -> int:
+        """Rows the next piece forwards (0 when none is left)."""
+        if self.pieces_left <= 0:
+            return 0
+        part, a, b = self.pieces[self.done_pieces]
+        return b - a if b is not None else sum(self.lengths[i] for i in part)
+
+    def run_piece(self, lm) -> int:
+        """On the model thread: compile the next piece, hand over the chunks it finished; its rows."""
+        rows = self.next_rows
+        part, a, b = self.pieces[self.done_pieces]
+        try:
+            if b is None:
+                kvs = compile_chunks(lm, [self.todo[i][2] for i in part], recipe=self.recipe,
+                                     batch_tokens=max(rows, 1))
+            else:
+                kvs = self._part(lm, part[0], a, b)
+        except Exception as exc:
+            self.end(exc)
+            raise
+        self.done_pieces += 1
+        if kvs:
+            self.results.put([(self.todo[i][0], self.todo[i][1], kv) for i, kv in zip(part, kvs)])
+        if self.pieces_left == 0:
+            self.end()
+        return rows
+
+    def _part(self, lm, i: int, a: int, b: int) -> list[ChunkKV]:
+        """Rows ``[a, b)`` of chunk ``i`` (its dummy rows first) into the appending cache; the
+        chunk's KV once ``b`` is its end (as :func:`ragpic.core.compile.compile_chunks` keeps it)."""
+        dummies = self.lengths[i] - len(self.todo[i][2])
+        ids = torch.as_tensor(self.todo[i][2], dtype=torch.long)
+        seq = torch.cat((torch.full((dummies,), dummy_token_id(lm) if dummies else 0, dtype=torch.long), ids))
+        if a == 0:
+            self._partial = DynamicCache()
+        prefill(lm.model, to_device(seq[None, a:b], lm.device), torch.arange(a, b, device=lm.device)[None],
+                self._partial)
+        if b < seq.numel():
+            return []
+        cache, self._partial = self._partial, None
+        keys = torch.stack([layer.keys for layer in cache.layers])  # (L, 1, H, rows, D)
+        values = torch.stack([layer.values for layer in cache.layers])
+        return [ChunkKV(token_ids=ids, keys=keys[:, 0, :, dummies:].clone(), values=values[:, 0, :, dummies:].clone(),
+                        base_position=dummies, fingerprint=lm.fingerprint, recipe=self.recipe)]
+
+    def end(self, exc: BaseException | None = None) -> None:
+        """No piece will follow (finished, dropped, failed with ``exc``)."""
+        if exc is not None and self.failed is None:
+            self.failed = exc
+        self.results.put(_ENDED)
+
+
+def tokenized(engine, todo: Sequence[tuple[str, str]]) -> list[tuple[str, str, list[int]]]:
+    """``(key, text)`` -> ``(key, text, token ids)``: tokenized off the model thread."""
+    tok = engine.lm.tokenizer
+    return [(key, text, tok(text, add_special_tokens=False)["input_ids"]) for key, text in todo]
+
+
+def store_pieces(store, work: CompileWork) -> dict[str, ChunkKV]:
+    """Blocking, off the model thread: write each piece of ``work`` to ``store`` as it finishes,
+    until the work ends; ``key -> KV`` (as compiled, on the model's device) of every chunk written. Raises the
+    piece's error when one failed (the pieces before it stay stored)."""
+    out: dict[str, ChunkKV] = {}
+    while (item := work.results.get()) is not _ENDED:
+        batch = {key: (kv.to("cpu"), text) for key, text, kv in item}
+        store.put_many(batch, strict=True)  # a failed write raises: the caller answers 503
+        out.update({key: kv for key, _, kv in item})
+    if work.failed is not None:
+        raise work.failed
+    return out
