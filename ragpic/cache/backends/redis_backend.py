@@ -46,7 +46,7 @@ from ragpic.cache.backends.redis_inspect import RedisInspection
 from ragpic.cache.backends.redis_text import RedisTextRows
 from ragpic.cache.backends.spec import cluster_nodes
 from ragpic.cache.format.anchors import Posting
-from ragpic.cache.format.entry import read_header
+from ragpic.cache.format.entry_header import read_header
 
 
 class RedisBackend(RedisInspection, KVBackend):

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from ragpic.cache.backends.base import KVBackend
-from ragpic.cache.format.entry import QUANTS, decode, encode, round_trip
+from ragpic.cache.format.entry import decode, encode, round_trip
+from ragpic.cache.format.entry_header import QUANTS
 from ragpic.cache.format.expect import Expected
 from ragpic.cache.store.breaker import Breaker
 from ragpic.cache.store.catalog_view import StoreCatalog
