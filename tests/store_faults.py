@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from cache_helpers import FP, make_chunk
-from ragpic.cache.format.entry import encode, read_header
+from ragpic.cache.format.entry import encode
+from ragpic.cache.format.entry_header import read_header
 
 _PREFIX = struct.Struct("<4sHI16s")
 

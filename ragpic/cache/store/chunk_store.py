@@ -22,12 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from ragpic.cache.backends.base import KVBackend
-from ragpic.cache.backends.lru import ByteLRU
-from ragpic.cache.format.entry import QUANTS, CorruptEntry, decode, encode, round_trip
-from ragpic.cache.format.expect import Expected, check_expected, verify_entry
+from ragpic.cache.format.entry import decode, encode, round_trip
+from ragpic.cache.format.entry_header import QUANTS
+from ragpic.cache.format.expect import Expected
 from ragpic.cache.store.breaker import Breaker
 from ragpic.cache.store.catalog_view import StoreCatalog
 from ragpic.cache.store.guard import Guard
+from ragpic.cache.store.hot_tier import HotTier
 from ragpic.cache.store.stats import StoreCounters, StoreStats, summary
 from ragpic.cache.store.writes import put_to_backend
 from ragpic.cache.store.write_errors import describe, write_error
@@ -37,11 +38,6 @@ log = logging.getLogger("ragpic.cache")
 
 DEFAULT_MEMORY_BYTES = 512 * 2**20
 _T = TypeVar("_T")
-
-
-def _hot_size(item: tuple[ChunkKV, str, bool]) -> int:
-    kv, text, _ = item
-    return kv.nbytes + kv.token_ids.numel() * 8 + len(text)
 
 
 class ChunkStore:
@@ -68,10 +64,9 @@ class ChunkStore:
             raise ValueError(f"unknown quant {quant!r}: expected one of {QUANTS}")
         self.backend, self.fingerprint, self.quant, self.verify_keys = backend, fingerprint, quant, verify_keys
         self._guard = Guard(backend, Breaker(cooldown_s, max(cooldown_s, max_backoff_s)), self._count)
-        self._hot: ByteLRU[tuple[ChunkKV, str, bool]] = ByteLRU(memory_bytes, _hot_size)
         self._counts = StoreCounters(stats_interval_s)
-        self._bad: set[str] = set()  # corrupt entries the backend could not delete: never re-read
         self._catalog = StoreCatalog(backend, fingerprint, self._call, self._count, catalog_refresh_s)
+        self._hot = HotTier(memory_bytes, backend, fingerprint, self._catalog, self._call, self._count)
 
     @property
     def breaker(self) -> Breaker:
@@ -90,73 +85,15 @@ class ChunkStore:
 
     # -- reads -----------------------------------------------------------------------------------
     def get_many(self, keys: Sequence[str], *, expect: Expected | None = None) -> dict[str, ChunkKV]:
-        """Verified KV for the keys that hit (memory first, then the backend).
+        """Verified KV for the keys that hit (memory first, then the backend; see
+        :mod:`ragpic.cache.store.hot_tier`).
 
         ``expect`` (see :func:`ragpic.cache.format.expect.expected_for`) also holds each entry
         against the model's shape and the tokenization of its text.
         """
-        found: dict[str, ChunkKV] = {}
-        missing: list[str] = []
-        bad: list[str] = []
-        unique = list(dict.fromkeys(keys))
-        for key in unique:
-            hit = self._hot.get(key)
-            if hit is not None and not hit[2] and expect is not None:
-                hit = self._checked_hot(key, hit, expect, bad)
-            if hit is not None:
-                found[key] = hit[0]
-            elif key not in bad and key not in self._bad:
-                missing.append(key)
-        self._count(memory_hits=len(found), misses=len(unique) - len(found) - len(missing))
-        if missing:
-            ok, payloads = self._call("read", self.backend.get_many, missing) if self.backend else (False, None)
-            for key, data in zip(missing, payloads if ok and payloads else [None] * len(missing)):
-                kv = self._load(key, data, expect, bad) if data is not None else None
-                if kv is None:
-                    self._count(misses=1)
-                else:
-                    found[key] = kv
-        self._drop(bad)
+        found = self._hot.get_many(keys, expect, verify_keys=self.verify_keys)
         self._tick()
         return found
-
-    def _load(self, key: str, data: bytes, expect: Expected | None, bad: list[str]) -> ChunkKV | None:
-        try:
-            kv, text = verify_entry(key, data, fingerprint=self.fingerprint, verify_key=self.verify_keys,
-                                    expect=expect)
-        except CorruptEntry as exc:
-            return self._corrupt(key, exc, bad)
-        self._count(backend_hits=1, bytes_read=len(data))
-        self._hot_put(key, (kv, text, expect is not None))
-        return kv
-
-    def _hot_put(self, key: str, item: tuple[ChunkKV, str, bool]) -> None:
-        self._catalog.hot_put(key, item[1], self._hot.put(key, item))
-
-    def _checked_hot(self, key: str, hit: tuple[ChunkKV, str, bool], expect: Expected,
-                     bad: list[str]) -> tuple[ChunkKV, str, bool] | None:
-        """A hot entry read without ``expect`` is checked the first time one is given."""
-        try:
-            check_expected(hit[0], hit[1], expect)
-        except CorruptEntry as exc:
-            return self._corrupt(key, exc, bad)
-        checked = (hit[0], hit[1], True)
-        self._hot_put(key, checked)
-        return checked
-
-    def _corrupt(self, key: str, exc: CorruptEntry, bad: list[str]) -> None:
-        log.warning("KV entry %s is unusable and was dropped: %s", key, exc)
-        self._count(corrupt=1)
-        bad.append(key)
-
-    def _drop(self, bad: list[str]) -> None:
-        """Delete entries with their catalog rows (texts leave matching with them); the
-        ones the backend cannot delete are never read again."""
-        if not bad:
-            return
-        self._hot.discard_many(bad)
-        if not self._catalog.drop(bad):
-            self._bad.update(bad)
 
     def contains_many(self, keys: Sequence[str], texts: Sequence[str] | None = None) -> list[bool]:
         """Whether each key is stored (hot tier or backend), without reading or verifying it.
@@ -165,8 +102,8 @@ class ChunkStore:
         (each key's chunk text), stored entries missing from the catalog are catalogued
         again: a compile of chunks that are stored but uncatalogued repairs the catalog.
         """
-        out = [key in self._hot and key not in self._bad for key in keys]
-        rest = [k for k, hit in zip(keys, out) if not hit and k not in self._bad]
+        out = [self._hot.holds(key) for key in keys]
+        rest = [k for k, hit in zip(keys, out) if not hit and not self._hot.unreadable(k)]
         if rest and self.backend is not None:
             ok, found = self._call("read", self.backend.contains_many, rest)
             present = {k for k, hit in zip(rest, found or []) if hit} if ok else set()
@@ -177,10 +114,10 @@ class ChunkStore:
 
     def texts(self, refresh: bool = False) -> dict[str, str]:
         """``key -> chunk text`` of every entry known for this fingerprint (cached catalog)."""
-        hot = {k: t for k, (_, t, _) in self._hot.items()}
+        hot = self._hot.texts()
         if self.backend is None:
             return hot
-        merged = {k: t for k, t in self._catalog.rows(refresh=refresh).items() if k not in self._bad}
+        merged = {k: t for k, t in self._catalog.rows(refresh=refresh).items() if not self._hot.unreadable(k)}
         merged.update(hot)
         return merged
 
@@ -192,7 +129,7 @@ class ChunkStore:
 
     def texts_of(self, keys: Sequence[str]) -> dict[str, str]:
         """``key -> text`` of the catalogued keys among ``keys`` (``{}`` when the backend fails)."""
-        return {k: t for k, t in self._catalog.texts_of(keys).items() if k not in self._bad}
+        return {k: t for k, t in self._catalog.texts_of(keys).items() if not self._hot.unreadable(k)}
 
     # -- writes ----------------------------------------------------------------------------------
     def put_many(self, items: Mapping[str, tuple[ChunkKV, str]], *, strict: bool = False) -> list[str]:
@@ -218,8 +155,7 @@ class ChunkStore:
                 self._count(errors=1)
                 continue
             hot_kv = kv if self.quant == "none" else decode(data, fingerprint=self.fingerprint)[0]
-            self._hot_put(key, (hot_kv, text, True))
-            self._bad.discard(key)
+            self._hot.put_stored(key, (hot_kv, text, True))
         stored = list(encoded) if self.backend is None else put_to_backend(
             self.backend, self._guard, self._catalog, encoded, {k: t for k, (_, t) in items.items()}, strict)
         written = sum(len(encoded[k]) for k in stored) if self.backend else 0
@@ -252,7 +188,7 @@ class ChunkStore:
         """Delete these entries (hot tier, backend, catalog); return the keys that were stored.
         (Added for ``ragpic serve``'s ``DELETE /v1/context_cache/{id}``.)"""
         present = [k for k, hit in zip(keys, self.contains_many(list(keys))) if hit]
-        self._drop(present)
+        self._hot.drop(present)
         return present
 
     # -- bookkeeping -----------------------------------------------------------------------------

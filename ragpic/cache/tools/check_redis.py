@@ -10,7 +10,7 @@ without an intact entry are removed.
 from __future__ import annotations
 
 from ragpic.cache.tools.check_result import CheckResult, verify_keyed
-from ragpic.cache.format.entry import CorruptEntry, read_header
+from ragpic.cache.format.entry_header import CorruptEntry, read_header
 from ragpic.cache.backends.redis_backend import RedisBackend
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ragpic.cache.format.entry import CorruptEntry, verify
+from ragpic.cache.format.entry_header import CorruptEntry, verify
 from ragpic.cache.format.keys import chunk_key
 
 

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragpic.cache.format.entry import PREFIX, CorruptEntry, read_header
+from ragpic.cache.format.entry_header import PREFIX, CorruptEntry, read_header
 from ragpic.cache.backends.spec import parse_store
 from ragpic.errors import ConfigError
 

@@ -47,7 +47,7 @@ from typing import Any
 from ragpic.cache.backends.base import KVBackend
 from ragpic.cache.backends.disk import folder, index_open, manifest
 from ragpic.cache.backends.disk.catalog import FolderCatalog, heals
-from ragpic.cache.format.entry import read_header
+from ragpic.cache.format.entry_header import read_header
 
 log = logging.getLogger("ragpic.cache")
 

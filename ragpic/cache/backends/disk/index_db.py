@@ -2,22 +2,7 @@
 
 The database is a cache of what the entry files say (each entry's header holds its
 fingerprint and text), so it can always be rebuilt from them; it holds no file names.
-Tables (see ``SCHEMA``):
-
-- ``entries(key, fingerprint, text, bytes, access)``: one row per catalogued entry; the
-  catalog of a fingerprint is its rows, ``access`` orders LRU eviction.
-- ``pending(key, writer, started)``: keys a writer is about to write; a row left by a dead
-  writer marks an interrupted write to reconcile on open (see :mod:`ragpic.cache.backends.disk`).
-- ``totals``: entry count and bytes, kept by triggers, so stats and the size check are O(1).
-- ``counters(name, value)``: what every process using the folder did (hits, misses,
-  evictions, recompiles...), added to by each :class:`ChunkStore` (see ``ragpic store stats``).
-- ``anchors(key, fingerprint, anchor, length, digest)``: the text-index row of each catalogued
-  entry (see :mod:`ragpic.cache.format.anchors`), written in the transaction that writes the
-  entry's row and deleted with it by a trigger: evicting, dropping or repairing an entry can
-  never leave its text matchable.
-
-An index made before ``counters`` or ``anchors`` existed gets them when opened writable (the
-anchors computed once from the rows); opened read-only it is read as it is, without anchors.
+Its tables, and the older versions of them it upgrades, are in :mod:`.index_schema`.
 
 A database that is not exactly this schema, is truncated, or fails to open is reported as
 :class:`IndexDamaged`: the caller moves it aside and rebuilds. Opened with SQLite's
@@ -33,54 +18,14 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ragpic.cache.backends.disk.index_schema import ANCHORS, COUNTERS, MASTER, MASTER_V1, MASTER_V2, SCHEMA
 from ragpic.cache.backends.disk.sqlite_file import check_header, connect_readonly
 from ragpic.cache.format.anchors import posting_of
 from ragpic.errors import IndexDamaged  # raised here; defined with ragpic's other errors
 
 __all__ = ["IndexDB", "IndexDamaged", "SCHEMA", "check_header"]
 
-SCHEMA = (
-    "CREATE TABLE entries (key TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, text TEXT NOT NULL,"
-    " bytes INTEGER NOT NULL, access REAL NOT NULL) WITHOUT ROWID",
-    "CREATE INDEX entries_fingerprint ON entries(fingerprint)",
-    "CREATE INDEX entries_access ON entries(access)",
-    "CREATE TABLE pending (key TEXT NOT NULL, writer TEXT NOT NULL, started REAL NOT NULL,"
-    " PRIMARY KEY (key, writer)) WITHOUT ROWID",
-    "CREATE TABLE totals (id INTEGER PRIMARY KEY CHECK (id = 0), entries INTEGER NOT NULL, bytes INTEGER NOT NULL)",
-    "INSERT INTO totals VALUES (0, 0, 0)",
-    "CREATE TRIGGER entries_ins AFTER INSERT ON entries BEGIN"
-    " UPDATE totals SET entries = entries + 1, bytes = bytes + NEW.bytes; END",
-    "CREATE TRIGGER entries_del AFTER DELETE ON entries BEGIN"
-    " UPDATE totals SET entries = entries - 1, bytes = bytes - OLD.bytes; END",
-    "CREATE TRIGGER entries_upd AFTER UPDATE OF bytes ON entries BEGIN"
-    " UPDATE totals SET bytes = bytes - OLD.bytes + NEW.bytes; END",
-)
-# Added after the first release: a folder whose index has only SCHEMA_V1 gets it on open.
-COUNTERS = "CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID"
-ANCHORS = (
-    "CREATE TABLE anchors (key TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, anchor TEXT NOT NULL,"
-    " length INTEGER NOT NULL, digest TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE INDEX anchors_lookup ON anchors(fingerprint, anchor)",
-    "CREATE INDEX anchors_length ON anchors(fingerprint, length)",
-    "CREATE TRIGGER entries_del_anchor AFTER DELETE ON entries BEGIN DELETE FROM anchors WHERE key = OLD.key; END",
-)
-SCHEMA_V1 = SCHEMA
-SCHEMA_V2 = SCHEMA_V1 + (COUNTERS,)
-SCHEMA = SCHEMA_V2 + ANCHORS
 Row = tuple[str, str, str, int, float]  # key, fingerprint, text, bytes, access
-
-
-
-def _reference_master(schema: tuple[str, ...]) -> set[tuple]:
-    con = sqlite3.connect(":memory:")
-    for stmt in schema:
-        con.execute(stmt)
-    rows = set(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-    con.close()
-    return rows
-
-
-_MASTER, _MASTER_V2, _MASTER_V1 = (_reference_master(s) for s in (SCHEMA, SCHEMA_V2, SCHEMA_V1))
 
 
 class IndexDB:
@@ -146,19 +91,19 @@ class IndexDB:
                 if not self._master():
                     for stmt in SCHEMA:
                         self._con.execute(stmt)
-        if self._master() in (_MASTER_V1, _MASTER_V2) and not self.readonly:
+        if self._master() in (MASTER_V1, MASTER_V2) and not self.readonly:
             with self.transaction(patient=True) as con:  # another process may have just added them
-                if self._master() == _MASTER_V1:
+                if self._master() == MASTER_V1:
                     con.execute(COUNTERS)
-                if self._master() == _MASTER_V2:
+                if self._master() == MASTER_V2:
                     for stmt in ANCHORS:
                         con.execute(stmt)
                     self._write_anchors(con, con.execute("SELECT key, fingerprint, text FROM entries").fetchall())
         master = self._master()
-        if master != _MASTER and not (self.readonly and master in (_MASTER_V1, _MASTER_V2)):
+        if master != MASTER and not (self.readonly and master in (MASTER_V1, MASTER_V2)):
             raise IndexDamaged("its tables are not ragpic's index schema")
-        self.has_counters = master in (_MASTER, _MASTER_V2)
-        self.has_anchors = master == _MASTER
+        self.has_counters = master in (MASTER, MASTER_V2)
+        self.has_anchors = master == MASTER
         if self._con.execute("SELECT count(*) FROM totals").fetchone() != (1,):
             raise IndexDamaged("its totals row is missing")
         self._con.execute("SELECT key FROM entries LIMIT 1").fetchall()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ragpic.cache.backends.disk import folder
-from ragpic.cache.format.entry import CorruptEntry, verify
+from ragpic.cache.format.entry_header import CorruptEntry, verify
 from ragpic.cache.format.keys import chunk_key
 
 log = logging.getLogger("ragpic.cache")

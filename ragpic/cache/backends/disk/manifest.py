@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragpic.cache.format.entry import FORMAT_VERSION
+from ragpic.cache.format.entry_header import FORMAT_VERSION
 from ragpic.errors import ConfigError
 
 log = logging.getLogger("ragpic.cache")

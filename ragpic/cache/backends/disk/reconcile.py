@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragpic.cache.backends.disk import folder
-from ragpic.cache.format.entry import PREFIX, CorruptEntry, payload_size, read_header, verify
+from ragpic.cache.format.entry_header import PREFIX, CorruptEntry, payload_size, read_header, verify
 from ragpic.cache.backends.disk.index_db import IndexDB
 from ragpic.cache.format.keys import chunk_key
 
