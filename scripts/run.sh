@@ -3,6 +3,7 @@
 #   scripts/run.sh demo [ragpic demo args...]   the main job, on the embedded model and data
 #   scripts/run.sh test [pytest args...]        the whole test suite
 #   scripts/run.sh serve [ragpic serve args...] the OpenAI-compatible server (docs/SERVING.md)
+#   scripts/run.sh model get|list [...]         a pinned larger model (Qwen2.5-Coder 0.5B/1.5B GGUF)
 # Re-runs skip the installs that are already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,8 @@ shift || true
 case "$cmd" in
   demo) setup; exec ragpic demo "$@" ;;
   serve) setup; exec ragpic serve "$@" ;;
+  model) setup; exec ragpic model "$@" ;;
   test) need_redis; setup; exec python -m pytest -q "$@" ;;
   setup) need_redis; setup ;;
-  *) echo "usage: scripts/run.sh demo|test|serve|setup [args...]" >&2; exit 2 ;;
+  *) echo "usage: scripts/run.sh demo|test|serve|model|setup [args...]" >&2; exit 2 ;;
 esac
