@@ -172,12 +172,6 @@ def model_compile_fn(lm, tokens: int) -> Callable[[torch.dtype], Any]:
     return lambda _dtype: compile_chunks(lm, ids)
 
 
-def geometry(lm) -> tuple[int, int, int]:
-    """``(layers, kv_heads, head_dim)`` of a loaded model's KV cache."""
-    c = lm.model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return c.num_hidden_layers, getattr(c, "num_key_value_heads", None) or c.num_attention_heads, head_dim
-
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -198,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         from ragpic.core.model import load_model
 
         lm = load_model(args.model, device="cpu")
-        layers, heads, head_dim = geometry(lm)
+        layers, heads, head_dim = lm.num_layers, lm.num_kv_heads, lm.head_dim
         compile_fn = None if args.no_compile else model_compile_fn(lm, args.tokens)
     rows = run(chunks=args.chunks, runs=args.runs, tokens=args.tokens, layers=layers, heads=heads,
                head_dim=head_dim, redis_url=args.redis_url, compile_fn=compile_fn)
