@@ -15,7 +15,7 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.errors import ChunkError
 
-__all__ = ["compile_chunks", "dummy_token_id"]
+__all__ = ["ChunkInParts", "compile_chunks", "dummy_token_id"]
 
 
 def dummy_token_id(lm: LoadedModel) -> int:
@@ -49,6 +49,17 @@ def _batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
         else:
             batches.append([i])
     return batches
+
+
+def _chunk_kv(lm: LoadedModel, cache: DynamicCache, row: int, ids: torch.Tensor, dummies: int,
+              recipe: str) -> ChunkKV:
+    """Batch row ``row`` of a prefilled ``cache`` as one chunk's KV, its ``dummies`` leading rows
+    dropped and its padding cut: keys and values ``(L, H, T, D)`` with ``T = ids.numel()``."""
+    t = ids.numel()
+    keys = torch.stack([layer.keys[row, :, dummies:dummies + t] for layer in cache.layers])  # a copy
+    values = torch.stack([layer.values[row, :, dummies:dummies + t] for layer in cache.layers])
+    return ChunkKV(token_ids=ids,  # host data: ids never enter a kernel at link
+                   keys=keys, values=values, base_position=dummies, fingerprint=lm.fingerprint, recipe=recipe)
 
 
 @torch.inference_mode()
@@ -91,18 +102,51 @@ def compile_chunks(
         positions = torch.arange(width, device=lm.device).expand(len(batch), width)
         cache = DynamicCache()
         prefill(lm.model, rows, positions, cache)
-        keys = torch.stack([layer.keys for layer in cache.layers])  # (L, B, H, width, D)
-        values = torch.stack([layer.values for layer in cache.layers])
         for r, i in enumerate(batch):
-            t = ids[i].numel()
-            out[i] = ChunkKV(
-                token_ids=ids[i],  # host data: ids never enter a kernel at link
-                keys=keys[:, r, :, dummies:dummies + t].clone(),
-                values=values[:, r, :, dummies:dummies + t].clone(),
-                base_position=dummies,
-                fingerprint=lm.fingerprint,
-                recipe=recipe,
-            )
+            out[i] = _chunk_kv(lm, cache, r, ids[i], dummies, recipe)
         if on_progress:
             on_progress(len(batch))
     return out  # type: ignore[return-value]
+
+
+class ChunkInParts:
+    """One chunk compiled a range of rows at a time: a causal prefill continued over one
+    appending cache, each range's rows attending to the ranges before, so the KV is that of
+    :func:`compile_chunks` up to rounding. A server compiles a long chunk this way, one bounded
+    piece between two decode steps (docs/SERVING.md, *The turn*).
+
+    Args:
+        ids: the chunk's token ids, ``(T,)`` int64 (no special tokens added).
+        recipe: ``plain`` or ``bos<N>``: its ``N`` dummy rows come first and count as rows.
+    """
+
+    __slots__ = ("lm", "ids", "recipe", "dummies", "seq", "done", "_cache")
+
+    def __init__(self, lm: LoadedModel, ids: Sequence[int] | torch.Tensor, recipe: str = PLAIN):
+        self.lm, self.recipe = lm, recipe
+        self.ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
+        self.dummies = recipe_dummies(recipe)
+        _check(self.ids, 0, self.dummies, lm)
+        prefix = torch.full((self.dummies,), dummy_token_id(lm) if self.dummies else 0, dtype=torch.long)
+        self.seq = torch.cat((prefix, self.ids))  # (dummies + T,)
+        self.done = 0  # rows prefilled so far
+        self._cache = DynamicCache()
+
+    @property
+    def rows(self) -> int:
+        """Rows in all, dummies included."""
+        return self.seq.numel()
+
+    @torch.inference_mode()
+    def run(self, end: int) -> ChunkKV | None:
+        """Prefill rows ``[done, end)``; the chunk's KV once ``end`` reaches :attr:`rows`, else None."""
+        if not self.done < end <= self.rows:
+            raise ChunkError(f"end={end}: the next range of rows must end after row {self.done} and by row "
+                             f"{self.rows} (the chunk's end)")
+        dev = self.lm.device
+        prefill(self.lm.model, to_device(self.seq[None, self.done:end], dev),
+                torch.arange(self.done, end, device=dev)[None], self._cache)
+        self.done = end
+        if end < self.rows:
+            return None
+        return _chunk_kv(self.lm, self._cache, 0, self.ids, self.dummies, self.recipe)

@@ -17,14 +17,9 @@ from __future__ import annotations
 import queue
 from collections.abc import Sequence
 
-import torch
-from transformers.cache_utils import DynamicCache
-
-from ragpic.core.compile import compile_chunks, dummy_token_id
-from ragpic.core.forward import prefill
+from ragpic.core.compile import ChunkInParts, compile_chunks
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import Method, recipe_dummies
-from ragpic.core.ops.device import to_device
 
 __all__ = ["CompileWork", "store_pieces", "tokenized"]
 
@@ -69,7 +64,7 @@ class CompileWork:
         self.failed: BaseException | None = None
         self.results: queue.Queue = queue.Queue()
         self._cancelled = False
-        self._partial: DynamicCache | None = None  # a long chunk's cache between its parts
+        self._partial: ChunkInParts | None = None  # a long chunk's cache between its parts
         if not self.pieces:  # nothing to compile: ended already
             self.end()
 
@@ -113,22 +108,14 @@ class CompileWork:
         return rows
 
     def _part(self, lm, i: int, a: int, b: int) -> list[ChunkKV]:
-        """Rows ``[a, b)`` of chunk ``i`` (its dummy rows first) into the appending cache; the
-        chunk's KV once ``b`` is its end (as :func:`ragpic.core.compile.compile_chunks` keeps it)."""
-        dummies = self.lengths[i] - len(self.todo[i][2])
-        ids = torch.as_tensor(self.todo[i][2], dtype=torch.long)
-        seq = torch.cat((torch.full((dummies,), dummy_token_id(lm) if dummies else 0, dtype=torch.long), ids))
+        """Rows ``[a, b)`` of chunk ``i`` (its dummy rows first); its KV once ``b`` is its end."""
         if a == 0:
-            self._partial = DynamicCache()
-        prefill(lm.model, to_device(seq[None, a:b], lm.device), torch.arange(a, b, device=lm.device)[None],
-                self._partial)
-        if b < seq.numel():
+            self._partial = ChunkInParts(lm, self.todo[i][2], self.recipe)
+        kv = self._partial.run(b)
+        if kv is None:
             return []
-        cache, self._partial = self._partial, None
-        keys = torch.stack([layer.keys for layer in cache.layers])  # (L, 1, H, rows, D)
-        values = torch.stack([layer.values for layer in cache.layers])
-        return [ChunkKV(token_ids=ids, keys=keys[:, 0, :, dummies:].clone(), values=values[:, 0, :, dummies:].clone(),
-                        base_position=dummies, fingerprint=lm.fingerprint, recipe=self.recipe)]
+        self._partial = None
+        return [kv]
 
     def end(self, exc: BaseException | None = None) -> None:
         """No piece will follow (finished, dropped, failed with ``exc``)."""
