@@ -19,7 +19,6 @@ import collections
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable
 
 import torch
 
@@ -63,7 +62,6 @@ class Scheduler:
         self.metrics = metrics or Metrics()
         self.pool = SlabPool(max_idle=max_batch)  # the running requests' cache memory, reused
         self._waiting: collections.deque[GenJob] = collections.deque()  # being matched, then ready (job.plan)
-        self._calls: collections.deque[tuple[Callable[[], object], concurrent.futures.Future]] = collections.deque()
         self.worker = Worker(engine, self.pool, self.metrics)  # what the model thread holds and runs
         self._wake = threading.Condition()
         self._stop = self._draining = False
@@ -118,14 +116,6 @@ class Scheduler:
         with self._wake:
             self._abort = exc
             self._wake.notify()
-
-    def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
-        """Run ``fn()`` on the scheduler thread between two turns."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        with self._wake:
-            self._calls.append((fn, fut))
-            self._wake.notify()
-        return fut
 
     def _free_slots(self) -> int:
         return max(0, self.max_batch - len(self.worker.running) - (self.worker.linking is not None))
@@ -193,12 +183,11 @@ class Scheduler:
     def _turns(self) -> None:
         while True:
             with self._wake:
-                while not (self._stop or self._abort or self._calls or self._work()):
+                while not (self._stop or self._abort or self._work()):
                     self._wake.wait()
                 if self._stop:
                     break
                 aborted, self._abort = self._abort, None
-                call = self._calls.popleft() if self._calls else None
                 state, items = self._snapshot(aborted is not None)
                 turn = schedule(state)
                 for i in (*turn.drop, *turn.admit):  # out of the queue (under the lock: submit counts it)
@@ -207,8 +196,6 @@ class Scheduler:
                 if turn.admit:
                     self.worker.linking = items[turn.admit[0]].plan
                     items[id(self.worker.linking)] = self.worker.linking
-            if call is not None:
-                self._run_call(*call)
             try:
                 self.worker.execute(turn, items, aborted)
             except Exception:  # a bookkeeping bug must not stop the server's only model thread
@@ -237,11 +224,3 @@ class Scheduler:
                         for r in self.worker.running)
         return State(Limits(self.max_batch, self.max_kv_rows), tuple(waiting), linking, compiles, running,
                      self._last_piece, abort), items
-
-    def _run_call(self, fn: Callable[[], object], fut: concurrent.futures.Future) -> None:
-        if fut.set_running_or_notify_cancel():
-            try:
-                fut.set_result(fn())
-            except BaseException as exc:  # the caller gets it; the loop goes on
-                fut.set_exception(exc)
-
