@@ -171,3 +171,56 @@ def plot_pareto(eval_report: dict | None, needle_result: dict | None, path: str 
     path = Path(path)
     fig.savefig(path, dpi=110)
     return path
+
+
+def fidelity_points(needle: dict | None = None, musique: dict | None = None,
+                    ruler: dict | None = None) -> dict[str, dict[str, tuple[float, float, list | None]]]:
+    """Each evaluation's ``method -> (speed-up vs full, accuracy ratio to full, its 95% CI or None)``.
+
+    The ratios (docs/RESULTS.md §14): needle, hits in the cells ``full`` hits / those cells;
+    MuSiQue, the share of questions whose greedy answer equals ``full``'s (normalised); RULER,
+    the mean task score / ``full``'s, with its paired bootstrap interval.
+    """
+    out: dict[str, dict[str, tuple[float, float, list | None]]] = {}
+    if needle:
+        out["needle"] = {m: (s["ttft_ratio_vs_full"], s["hits_where_full_hits"] / max(1, s["full_hit_cells"]), None)
+                         for m, s in needle["summary"].items()}
+    if musique:
+        out["MuSiQue"] = {m: (a["ttft_ratio_vs_full"], a["same_as_full"], None) for m, a in musique["methods"].items()}
+    if ruler:
+        out["RULER"] = {m: (a["ttft_ratio_vs_full"], a["score_ratio_vs_full"], a.get("score_ratio_vs_full_ci95"))
+                        for m, a in ruler["overall"].items()}
+    return out
+
+
+def plot_fidelity(model: str, points: dict[str, dict[str, tuple[float, float, list | None]]],
+                  path: str | Path) -> Path:
+    """One model's figure: accuracy ratio to ``full`` against link speed-up (log x), a marker per
+    evaluation, a colour per method (:func:`fidelity_points` gives ``points``)."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
+
+    if not points:
+        raise ValueError("plot_fidelity needs at least one evaluation's points")
+    methods = list(dict.fromkeys(m for pts in points.values() for m in pts))
+    fig = Figure(figsize=(7, 4.6))
+    ax = fig.subplots()
+    for marker, (name, pts) in zip("osD^v", points.items()):
+        for m, (x, y, ci) in pts.items():
+            err = None if ci is None else [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
+            ax.errorbar([x], [y], yerr=err, fmt=marker, color=f"C{methods.index(m)}", capsize=3, ms=6)
+    # the legend: a colour per method, a marker per evaluation (proxies: the points carry neither alone)
+    proxies = [ax.plot([], [], "s", color=f"C{i}")[0] for i in range(len(methods))]
+    proxies += [ax.plot([], [], mk, color="grey")[0] for mk, _ in zip("osD^v", points)]
+    ax.legend(proxies, [*methods, *points], fontsize=7, loc="lower left")
+    ax.axhline(0.97, ls=":", color="grey", lw=1)  # the fidelity bar (97% of full)
+    ax.axvline(10, ls="--", color="grey", alpha=0.6, lw=1)  # the speed bar (10x at 4k)
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.08)
+    ax.set_xlabel("speed-up of the link vs full (median, x)")
+    ax.set_ylabel("accuracy ratio to full")
+    ax.set_title(f"{model}: fidelity vs speed (up and right is better)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    return path
