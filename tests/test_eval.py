@@ -274,6 +274,11 @@ def test_fidelity_points_are_each_evaluations_ratio_to_full(tmp_path):
     assert pts["MuSiQue"]["naive"] == (12.0, 0.25, None)
     assert pts["RULER"]["naive"] == (35.0, 0.6, [0.4, 0.9])
     assert list(fidelity_points(ruler=ruler)) == ["RULER"]
+    # a report from before answer identity was summarised: taken from its per-question answers
+    older = {"methods": {"full": {"ttft_ratio_vs_full": 1.0}, "naive": {"ttft_ratio_vs_full": 9.0}},
+             "questions": [{"methods": {"full": {"answer": "Exeter College."}, "naive": {"answer": "exeter college"}}},
+                           {"methods": {"full": {"answer": "Paris"}, "naive": {"answer": "Rome"}}}]}
+    assert fidelity_points(musique=older)["MuSiQue"]["naive"] == (9.0, 0.5, None)
     assert plot_fidelity("tiny", pts, tmp_path / "f.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="at least one"):
         plot_fidelity("tiny", {}, tmp_path / "g.png")

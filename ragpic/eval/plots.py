@@ -186,11 +186,23 @@ def fidelity_points(needle: dict | None = None, musique: dict | None = None,
         out["needle"] = {m: (s["ttft_ratio_vs_full"], s["hits_where_full_hits"] / max(1, s["full_hit_cells"]), None)
                          for m, s in needle["summary"].items()}
     if musique:
-        out["MuSiQue"] = {m: (a["ttft_ratio_vs_full"], a["same_as_full"], None) for m, a in musique["methods"].items()}
+        out["MuSiQue"] = {m: (a["ttft_ratio_vs_full"], _same_as_full(musique, m), None) for m, a in musique["methods"].items()}
     if ruler:
         out["RULER"] = {m: (a["ttft_ratio_vs_full"], a["score_ratio_vs_full"], a.get("score_ratio_vs_full_ci95"))
                         for m, a in ruler["overall"].items()}
     return out
+
+
+def _same_as_full(report: dict, method: str) -> float:
+    """A ``ragpic eval`` report's answer identity with ``full`` for ``method``; runs made before
+    the report carried it get it from their per-question answers, by the same rule."""
+    summary = report["methods"][method]
+    if "same_as_full" in summary:
+        return summary["same_as_full"]
+    from ragpic.eval.scoring import exact_match, mean
+
+    return mean([exact_match(q["methods"][method]["answer"], q["methods"]["full"]["answer"])
+                 for q in report["questions"]])
 
 
 def plot_fidelity(model: str, points: dict[str, dict[str, tuple[float, float, list | None]]],
@@ -209,7 +221,7 @@ def plot_fidelity(model: str, points: dict[str, dict[str, tuple[float, float, li
             err = None if ci is None else [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
             ax.errorbar([x], [y], yerr=err, fmt=marker, color=f"C{methods.index(m)}", capsize=3, ms=6)
     # the legend: a colour per method, a marker per evaluation (proxies: the points carry neither alone)
-    proxies = [ax.plot([], [], "s", color=f"C{i}")[0] for i in range(len(methods))]
+    proxies = [ax.plot([], [], "-", lw=5, color=f"C{i}")[0] for i in range(len(methods))]
     proxies += [ax.plot([], [], mk, color="grey")[0] for mk, _ in zip("osD^v", points)]
     ax.legend(proxies, [*methods, *points], fontsize=7, loc="lower left")
     ax.axhline(0.97, ls=":", color="grey", lw=1)  # the fidelity bar (97% of full)
