@@ -51,6 +51,12 @@ def _batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     return batches
 
 
+def _with_dummies(lm: LoadedModel, ids: torch.Tensor, dummies: int) -> torch.Tensor:
+    """``ids`` ``(T,)`` behind the recipe's ``dummies`` dummy tokens: ``(dummies + T,)`` int64."""
+    prefix = torch.full((dummies,), dummy_token_id(lm) if dummies else 0, dtype=torch.long)
+    return torch.cat((prefix, ids))
+
+
 def _chunk_kv(lm: LoadedModel, cache: DynamicCache, row: int, ids: torch.Tensor, dummies: int,
               recipe: str) -> ChunkKV:
     """Batch row ``row`` of a prefilled ``cache`` as one chunk's KV, its ``dummies`` leading rows
@@ -90,13 +96,12 @@ def compile_chunks(
     ids = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in chunks]
     for i, c in enumerate(ids):
         _check(c, i, dummies, lm)
-    prefix = torch.full((dummies,), dummy_token_id(lm) if dummies else 0, dtype=torch.long)
     out: list[ChunkKV | None] = [None] * len(ids)
     for batch in _batches([c.numel() + dummies for c in ids], batch_tokens):
         width = max(ids[i].numel() for i in batch) + dummies
         rows = torch.zeros((len(batch), width), dtype=torch.long)
         for r, i in enumerate(batch):
-            seq = torch.cat((prefix, ids[i]))
+            seq = _with_dummies(lm, ids[i], dummies)
             rows[r, : seq.numel()] = seq
         rows = to_device(rows, lm.device)
         positions = torch.arange(width, device=lm.device).expand(len(batch), width)
@@ -127,8 +132,7 @@ class ChunkInParts:
         self.ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
         self.dummies = recipe_dummies(recipe)
         _check(self.ids, 0, self.dummies, lm)
-        prefix = torch.full((self.dummies,), dummy_token_id(lm) if self.dummies else 0, dtype=torch.long)
-        self.seq = torch.cat((prefix, self.ids))  # (dummies + T,)
+        self.seq = _with_dummies(lm, self.ids, self.dummies)  # (dummies + T,)
         self.done = 0  # rows prefilled so far
         self._cache = DynamicCache()
 
