@@ -177,33 +177,60 @@ def test_a_compile_in_pieces_gives_the_kv_of_one_compile(recipe_method):
     rows dropped; the pieces come out whole, in order, and no piece exceeds 16 rows."""
     from ragpic.core.compile import compile_chunks
     from ragpic.core.methods import parse_method
+    from ragpic.cache.store import ChunkStore
     from ragpic.serve.compiling import CompileWork, store_pieces
 
     lm = tiny_lm("llama")
     texts = ["a needle", "hides in the", PROMPTS[2], PROMPTS[0]]  # two short, two longer than 16 rows
     ids = [lm.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     method = parse_method(recipe_method)
-    work = CompileWork([(f"k{i}", t, x) for i, (t, x) in enumerate(zip(texts, ids))], method, 16)
-
-    class Store:
-        def __init__(self):
-            self.put = []
-
-        def put_many(self, batch, strict):
-            self.put += list(batch.items())
-
-    store = Store()
+    store = ChunkStore(None, fingerprint=lm.fingerprint)
+    work = CompileWork([(f"k{i}", t, x) for i, (t, x) in enumerate(zip(texts, ids))], method, 16, store)
     rows = []
     with torch.inference_mode():
         while work.pieces_left:
             rows.append(work.run_piece(lm))
         want = compile_chunks(lm, ids, recipe=method.recipe)
-    got = store_pieces(store, work)
+    got = store_pieces(work)
     assert max(rows) <= 16 and sum(rows) == sum(work.lengths) and len(rows) > len(texts) - 1
-    assert [k for k, _ in store.put] == ["k0", "k1", "k2", "k3"] and list(got) == ["k0", "k1", "k2", "k3"]
+    assert list(got) == ["k0", "k1", "k2", "k3"] and sorted(store.texts()) == ["k0", "k1", "k2", "k3"]
     for i, w in enumerate(want):
         kv = got[f"k{i}"]
         assert kv.base_position == w.base_position and kv.recipe == w.recipe
         assert torch.equal(kv.token_ids, w.token_ids)
         torch.testing.assert_close(kv.keys, w.keys, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(kv.values, w.values, atol=1e-5, rtol=1e-5)
+
+
+def test_a_compiles_tensor_work_stays_on_the_scheduler_thread():
+    """A compile's encode for the store (int8 quantizing: tensor work) runs on the scheduler
+    thread and only the write on the requester's: any other thread that ran an OpenMP region
+    would get a thread team of its own and slow every forward (docs/ARCHITECTURE.md §4). The
+    compile returns each chunk as a read of its entry returns it (int8 KV, its scales)."""
+    import threading
+
+    from ragpic import Config, RagPic
+    from ragpic.core.methods import parse_method
+    from ragpic.serve.compiling import tokenized
+    from ragpic.serve.scheduler import Scheduler
+
+    engine = RagPic(Config(store=None, device="cpu", kv_quant="int8"), lm=tiny_lm("llama"))
+    store, method, seen = engine.store, parse_method("legolink-16"), []
+
+    def recorded(name, fn):
+        def call(*args, **kwargs):
+            seen.append((name, threading.current_thread().name))
+            return fn(*args, **kwargs)
+        return call
+
+    store.encode_many, store.write = recorded("encode", store.encode_many), recorded("write", store.write)
+    keys = [engine.chunk_key(t, method) for t in PROMPTS[:3]]
+    sched = Scheduler(engine, link_piece=16).start()
+    try:
+        got = sched.compile(tokenized(engine, list(zip(keys, PROMPTS[:3]))), method)
+    finally:
+        sched.stop()
+    assert {t for what, t in seen if what == "encode"} == {"ragpic-scheduler"}
+    assert {t for what, t in seen if what == "write"} == {threading.current_thread().name}
+    assert list(got) == keys and all(kv.keys.dtype == torch.int8 and kv.key_scales is not None for kv in got.values())
+    assert store.get_many(keys).keys() == set(keys)

@@ -158,8 +158,9 @@ class RagPic:
         them (or when none is found) the store's catalog of chunk texts is searched.
         ``mine`` (a server's tenants): only store keys it accepts are found in the catalog or
         loaded; any other chunk is a miss, as if nobody had stored it. ``compile_missing``:
-        compiles and stores ``[(key, text)]`` misses, ``key -> KV`` (default: here, at once;
-        the server's scheduler compiles them in pieces between decode steps).
+        compiles and stores ``[(key, text)]`` misses, ``key -> KV`` as a read of its entry
+        returns it (default: here, at once; the server's scheduler compiles them in pieces
+        between decode steps and encodes them on its model thread).
         """
         method = parse_method(method or self.config.method)
 
@@ -179,8 +180,11 @@ class RagPic:
         from_store = set(kvs)
         missing = [(k, t) for t, k in keys.items() if k not in kvs]
         if missing and self.config.compile_on_miss:
-            compiled = (compile_missing or self._compile_and_store)(missing, method)
-            kvs.update({k: self.store.stored_form(k, kv) for k, kv in compiled.items()})
+            if compile_missing is not None:
+                compiled = compile_missing(missing, method)  # already as a read returns them
+            else:
+                compiled = {k: self.store.stored_form(k, kv) for k, kv in self._compile_and_store(missing, method).items()}
+            kvs.update(compiled)
             stats.compiled = len(compiled)
         return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
 

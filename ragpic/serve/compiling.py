@@ -5,9 +5,11 @@ pieces of at most ``piece_rows`` rows: consecutive short chunks together, a long
 parts (a causal prefill continued over an appending cache: each part's rows attend to the
 parts before, so the chunk's KV is that of one prefill, up to rounding). The scheduler runs
 one piece per turn between decode steps (docs/SERVING.md, *The turn*) with
-:meth:`CompileWork.run_piece`, which only runs the model; :func:`store_pieces`, on the
-caller's thread (a request handler's worker thread or a matcher thread, never the event loop
-nor the model thread), writes each finished chunk to the store as it comes. A work whose
+:meth:`CompileWork.run_piece`, which runs the model and encodes the finished chunks' entries
+(quantizing is tensor work: it stays on the model thread, docs/ARCHITECTURE.md §4, *One thread
+does the tensor work*); :func:`store_pieces`, on the caller's thread (a request handler's
+worker thread or a matcher thread, never the event loop nor the model thread), writes each
+piece's entries to the store as they come, which is only I/O. A work whose
 owner is cancelled (its client left) is dropped by the scheduler: the store then holds
 exactly the chunks whose pieces all finished, each whole and valid.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Sequence
 
+from ragpic.cache.store.encoded import Encoded
 from ragpic.core.compile import ChunkInParts, compile_chunks
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import Method, recipe_dummies
@@ -51,12 +54,13 @@ class CompileWork:
         todo: ``(store key, text, token ids)`` per chunk, in order.
         method: whose recipe compiles them (``plain``, ``bosN``).
         piece_rows: most rows per piece (with the recipe's dummy rows; None: one chunk per piece).
+        store: the :class:`~ragpic.cache.store.ChunkStore` the chunks go to (it encodes them).
         owner: anything with a ``cancelled`` flag (a job, a handler's token): the work follows it.
     """
 
     def __init__(self, todo: Sequence[tuple[str, str, list[int]]], method: Method, piece_rows: int | None,
-                 owner=None):
-        self.todo, self.recipe, self.owner = list(todo), method.recipe, owner
+                 store, owner=None):
+        self.todo, self.recipe, self.store, self.owner = list(todo), method.recipe, store, owner
         dummies = recipe_dummies(self.recipe)
         self.lengths = [len(ids) + dummies for _, _, ids in self.todo]
         self.pieces = _pieces(self.lengths, piece_rows)
@@ -88,7 +92,8 @@ class CompileWork:
         return b - a if b is not None else sum(self.lengths[i] for i in part)
 
     def run_piece(self, lm) -> int:
-        """On the model thread: compile the next piece, hand over the chunks it finished; its rows."""
+        """On the model thread: compile the next piece and encode the chunks it finished for
+        the store (handed to :func:`store_pieces`); its rows."""
         rows = self.next_rows
         part, a, b = self.pieces[self.done_pieces]
         try:
@@ -97,12 +102,14 @@ class CompileWork:
                                      batch_tokens=max(rows, 1))
             else:
                 kvs = self._part(lm, part[0], a, b)
+            encoded = self.store.encode_many({self.todo[i][0]: (kv.to("cpu"), self.todo[i][1])
+                                              for i, kv in zip(part, kvs)}, strict=True) if kvs else None
         except Exception as exc:
             self.end(exc)
             raise
         self.done_pieces += 1
-        if kvs:
-            self.results.put([(self.todo[i][0], self.todo[i][1], kv) for i, kv in zip(part, kvs)])
+        if encoded is not None:
+            self.results.put(encoded)
         if self.pieces_left == 0:
             self.end()
         return rows
@@ -130,15 +137,15 @@ def tokenized(engine, todo: Sequence[tuple[str, str]]) -> list[tuple[str, str, l
     return [(key, text, tok(text, add_special_tokens=False)["input_ids"]) for key, text in todo]
 
 
-def store_pieces(store, work: CompileWork) -> dict[str, ChunkKV]:
-    """Blocking, off the model thread: write each piece of ``work`` to ``store`` as it finishes,
-    until the work ends; ``key -> KV`` (as compiled, on the model's device) of every chunk written. Raises the
-    piece's error when one failed (the pieces before it stay stored)."""
+def store_pieces(work: CompileWork) -> dict[str, ChunkKV]:
+    """Blocking, off the model thread: write each piece of ``work`` to its store as it
+    finishes, until the work ends; ``key -> KV`` as a read of its entry returns it, of every
+    chunk written. Raises the piece's error when one failed (the pieces before it stay stored)."""
     out: dict[str, ChunkKV] = {}
     while (item := work.results.get()) is not _ENDED:
-        batch = {key: (kv.to("cpu"), text) for key, text, kv in item}
-        store.put_many(batch, strict=True)  # a failed write raises: the caller answers 503
-        out.update({key: kv for key, _, kv in item})
+        encoded: Encoded = item
+        work.store.write(encoded, strict=True)  # a failed write raises: the caller answers 503
+        out.update(encoded.read_form)
     if work.failed is not None:
         raise work.failed
     return out

@@ -96,15 +96,16 @@ class Scheduler:
 
     def compile(self, todo: list[tuple[str, str, list[int]]], method, owner=None, *, fresh: bool = True) -> dict:
         """Blocking, off the model thread: compile ``todo`` (``(key, text, ids)``) in pieces between
-        decode steps and store each piece as it finishes; ``key -> KV`` of what was stored (all,
-        unless ``owner.cancelled`` cut it short). ``fresh`` (a new request): refused while draining."""
-        work = CompileWork(todo, method, self.link_piece, owner)
+        decode steps and store each piece as it finishes; ``key -> KV`` (as a read of its entry
+        returns it) of what was stored (all, unless ``owner.cancelled`` cut it short). ``fresh``
+        (a new request): refused while draining."""
+        work = CompileWork(todo, method, self.link_piece, self.engine.store, owner)
         with self._wake:
             if fresh and self._draining:
                 raise ShuttingDown("the server is shutting down: retry on another replica")
             self.worker.compiles.append(work)
             self._wake.notify()
-        return store_pieces(self.engine.store, work)
+        return store_pieces(work)
 
     def drain(self) -> None:
         """Take no new job (running and waiting ones go on)."""

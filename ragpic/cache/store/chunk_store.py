@@ -27,6 +27,7 @@ from ragpic.cache.format.entry_header import QUANTS
 from ragpic.cache.format.expect import Expected
 from ragpic.cache.store.breaker import Breaker
 from ragpic.cache.store.catalog_view import StoreCatalog
+from ragpic.cache.store.encoded import Encoded
 from ragpic.cache.store.guard import Guard
 from ragpic.cache.store.hot_tier import HotTier
 from ragpic.cache.store.stats import StoreCounters, StoreStats, summary
@@ -133,7 +134,8 @@ class ChunkStore:
 
     # -- writes ----------------------------------------------------------------------------------
     def put_many(self, items: Mapping[str, tuple[ChunkKV, str]], *, strict: bool = False) -> list[str]:
-        """Store ``key -> (kv, text)``; return the keys the backend (or memory) now holds.
+        """Store ``key -> (kv, text)``; return the keys the backend (or memory) now holds:
+        :meth:`encode_many` then :meth:`write`.
 
         Without ``strict`` a failed write is logged and skipped (a query must not fail).
         With ``strict`` (ingest) it raises, after cataloguing what was stored.
@@ -142,23 +144,36 @@ class ChunkStore:
             StoreError: (``strict``) naming the first chunk not stored and the cause.
             ValueError: an item compiled for another fingerprint.
         """
-        encoded: dict[str, bytes] = {}
+        return self.write(self.encode_many(items, strict=strict), strict=strict)
+
+    def encode_many(self, items: Mapping[str, tuple[ChunkKV, str]], *, strict: bool = False) -> Encoded:
+        """The tensor half of :meth:`put_many`: each item as entry bytes (quantized as this store
+        quantizes) and as a read returns it. Stores nothing. An item that cannot be encoded
+        (inf/NaN under int8) raises with ``strict``, else is logged, counted and left out."""
+        entries: dict[str, bytes] = {}
+        forms: dict[str, ChunkKV] = {}
         for key, (kv, text) in items.items():
             if kv.fingerprint != self.fingerprint:
                 raise ValueError(f"chunk {key} was compiled for {kv.fingerprint!r}, store is for {self.fingerprint!r}")
             try:
-                encoded[key] = data = encode(kv, text=text, quant=self.quant)
+                entries[key] = data = encode(kv, text=text, quant=self.quant)
             except ValueError as exc:  # e.g. NaN KV under int8: don't store, don't fail the query
                 if strict:
                     raise write_error(text, key, exc, 0, len(items)) from exc
                 log.warning("KV entry %s not stored: %s", key, exc)
                 self._count(errors=1)
                 continue
-            hot_kv = kv if self.quant == "none" else decode(data, fingerprint=self.fingerprint)[0]
-            self._hot.put_stored(key, (hot_kv, text, True))
-        stored = list(encoded) if self.backend is None else put_to_backend(
-            self.backend, self._guard, self._catalog, encoded, {k: t for k, (_, t) in items.items()}, strict)
-        written = sum(len(encoded[k]) for k in stored) if self.backend else 0
+            forms[key] = kv if self.quant == "none" else decode(data, fingerprint=self.fingerprint)[0]
+        return Encoded(entries, forms, {k: items[k][1] for k in entries})
+
+    def write(self, encoded: Encoded, *, strict: bool = False) -> list[str]:
+        """The I/O half of :meth:`put_many` (no tensor math): ``encoded`` into the hot tier
+        and the backend; the keys the backend (or memory) now holds."""
+        for key, kv in encoded.read_form.items():
+            self._hot.put_stored(key, (kv, encoded.texts[key], True))
+        stored = list(encoded.entries) if self.backend is None else put_to_backend(
+            self.backend, self._guard, self._catalog, dict(encoded.entries), encoded.texts, strict)
+        written = sum(len(encoded.entries[k]) for k in stored) if self.backend else 0
         self._count(puts=len(stored), bytes_written=written, recompiles=0 if strict else len(stored))
         self._catalog.stored()
         self._tick()
