@@ -153,6 +153,24 @@ def test_int8_store_round_trip(tmp_path: Path) -> None:
     assert float((cold_keys - kv.keys).abs().max()) <= float(kv.keys.abs().max()) / 127
 
 
+def test_encode_many_stores_nothing_and_write_stores_what_it_encoded(tmp_path: Path) -> None:
+    """put_many's two halves (the server encodes on its model thread, writes elsewhere):
+    encode_many leaves the store as it was; write stores exactly the entries it was given,
+    which read back as its ``read_form`` from both tiers."""
+    store = open_store(tmp_path / "kv", fingerprint=FP, quant="int8")
+    key, kv, text = make_chunk(3, tokens=64, head_dim=64)
+    encoded = store.encode_many({key: (kv, text)}, strict=True)
+    assert store.get_many([key]) == {} and store.texts() == {}
+    assert list(encoded.entries) == [key] and encoded.read_form[key].is_quantized
+    assert store.write(encoded, strict=True) == [key] and store.texts() == {key: text}
+    hot = store.get_many([key])[key]
+    store.clear_memory()
+    cold = store.get_many([key])[key]
+    for got in (hot, cold):
+        assert torch.equal(got.keys, encoded.read_form[key].keys) and torch.equal(got.key_scales, encoded.read_form[key].key_scales)
+    store.close()
+
+
 def test_int4_store_round_trip_and_an_engine_on_it(tmp_path: Path) -> None:
     """The hot tier and the folder hand back the same (dequantized) KV; an engine with
     ``kv_quant="int4"`` links it and answers like linking that KV from memory."""
