@@ -44,7 +44,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{lm.name}, {args.tokens}-token forward, torch threads {torch.get_num_threads()}, "
           f"CPU {torch.backends.cpu.get_cpu_capability()}", flush=True)
     with torch.inference_mode():
-        forward_ms(lm.model, ids, 2)  # warm-up
         alone, beside = [], []
         for r in range(args.rounds):  # alternated: drift on the machine hits both alike
             alone.append(forward_ms(lm.model, ids, args.runs))
@@ -64,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{beside[-1]:.1f} ms", flush=True)
     a, b = statistics.median(alone), statistics.median(beside)
     print(f"median: alone {a:.1f} ms, beside {b:.1f} ms ({b / a:.2f}x)")
+
 
 if __name__ == "__main__":
     main()

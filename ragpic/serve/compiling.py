@@ -19,7 +19,6 @@ from __future__ import annotations
 import queue
 from collections.abc import Sequence
 
-from ragpic.cache.store.encoded import Encoded
 from ragpic.core.compile import ChunkInParts, compile_chunks
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import Method, recipe_dummies
@@ -142,8 +141,7 @@ def store_pieces(work: CompileWork) -> dict[str, ChunkKV]:
     finishes, until the work ends; ``key -> KV`` as a read of its entry returns it, of every
     chunk written. Raises the piece's error when one failed (the pieces before it stay stored)."""
     out: dict[str, ChunkKV] = {}
-    while (item := work.results.get()) is not _ENDED:
-        encoded: Encoded = item
+    while (encoded := work.results.get()) is not _ENDED:
         work.store.write(encoded, strict=True)  # a failed write raises: the caller answers 503
         out.update(encoded.read_form)
     if work.failed is not None:
