@@ -44,6 +44,13 @@ def test_flops_closed_form_and_limits():
     qr = method_flops(lm, segs, "qr-10-k4")
     assert qr == pytest.approx(lego + L * (per_tok * (7 + 8) + 4 * 64 * (
         sum(p + 1 for p in range(64, 72)) + 0.1 * sum(range(1, 65)))) + head)
+    # qp: its probe pass (legolink-4's rows through 2 of the 4 layers), then one forward over
+    # legolink-4's rows plus 10% of the chunk tokens (7 rows, spread)
+    qp = method_flops(lm, segs, "qp-10-k4")
+    assert qp == pytest.approx(lego + (lego - head) / 2 + L * (per_tok * 7 + 4 * 64 * 0.1 * sum(range(1, 65))))
+    # probing 3 of the 4 layers instead
+    deep = method_flops(lm, segs, "qp-10-k4-d75")
+    assert deep == pytest.approx(qp + (lego - head) / 4)
 
 
 def test_bench_tiny_end_to_end(tmp_path):

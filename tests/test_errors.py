@@ -76,9 +76,10 @@ def test_wrap_model_checks_before_use():
 
 
 @pytest.mark.parametrize("bad", ["fast", "legolink", "legolink-x", "cacheblend-0", "cacheblend-101",
-                                 "qr", "qr-0", "qr-101", "qr-3-k", "qr-3-kx", "qr-3-k1-k2", "qr--k1"])
+                                 "qr", "qr-0", "qr-101", "qr-3-k", "qr-3-kx", "qr-3-k1-k2", "qr--k1",
+                                 "qp", "qp-0", "qp-3-k"])
 def test_unknown_method_lists_valid_ones(bad):
-    with pytest.raises(ValueError, match="use 'full', 'naive', 'legolink-<k>'.*'qr-<percent>"):
+    with pytest.raises(ValueError, match="use 'full', 'naive', 'legolink-<k>'.*'qr-<percent>.*'qp-<percent>"):
         parse_method(bad)
 
 

@@ -44,12 +44,13 @@ def prompt(qwen):
     return segs, link(qwen, segs, "full")
 
 
-@pytest.mark.parametrize("method", ["legolink-1000", "qr-100"])
+@pytest.mark.parametrize("method", ["legolink-1000", "qr-100", "qp-100"])
 def test_exact_methods_equal_full_on_the_real_model(qwen, prompt, method):
     segs, full = prompt
     linked = link(qwen, segs, method)
     n = full.num_tokens
-    # legolink-1000 recomputes every row once; qr-100 after its legolink-16 first pass
+    # legolink-1000 recomputes every row once; qr-100 after its legolink-16 first pass, qp-100
+    # after its probe pass over legolink-16's rows through half the layers
     assert linked.recomputed == n if method == "legolink-1000" else linked.recomputed > n
     assert (full.logits - linked.logits).abs().max() <= TOL
     for a, b in ((full.cache.key_slab, linked.cache.key_slab), (full.cache.value_slab, linked.cache.value_slab)):

@@ -148,13 +148,17 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch
 
 
 def layer_forward(layer: torch.nn.Module, hidden: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
-                  cache: LinkedCache, step: Step) -> torch.Tensor:
+                  cache: LinkedCache, step: Step, probe: AttentionProbe | None = None) -> torch.Tensor:
     """One decoder layer over ``(1, R, hidden)`` states, writing their K/V into ``cache``.
 
     ``step`` is shared by every layer over the same rows; ``position_embeddings`` is the
     model's rotary ``(cos, sin)`` for those rows. The caller sets ``cache.length`` once done.
+    ``probe`` records the last rows' attention (only under ragpic's attention).
     """
-    out = layer(hidden, position_embeddings=position_embeddings, **{cache_kwarg(layer): cache}, **step.kwargs())
+    kwargs = step.kwargs()
+    if probe is not None:
+        kwargs["ragpic_probe"] = probe
+    out = layer(hidden, position_embeddings=position_embeddings, **{cache_kwarg(layer): cache}, **kwargs)
     return out[0] if isinstance(out, tuple) else out
 
 

@@ -18,8 +18,11 @@ PLAIN = "plain"
 LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
 METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0), "
-               "'cacheblend-<percent>' (e.g. cacheblend-15) or 'qr-<percent>[-k<k>]' (e.g. qr-3, qr-3-k1)")
+               "'cacheblend-<percent>' (e.g. cacheblend-15), 'qr-<percent>[-k<k>]' (e.g. qr-3, qr-3-k1) "
+               "or 'qp-<percent>[-k<k>][-d<percent>]' (e.g. qp-5, qp-5-d25)")
 QR_DEFAULT_K = 16
+QP_DEFAULT_DEPTH = 0.5
+"""``qp``'s probe pass runs the first half of the layers unless its name says ``-d<percent>``."""
 
 
 def dummy_recipe(n: int) -> str:
@@ -38,18 +41,24 @@ def recipe_dummies(recipe: str) -> int:
 
 @dataclass(slots=True, frozen=True)
 class Method:
-    """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``, ``qr-<r>[-k<k>]``.
+    """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``, ``qr-<r>[-k<k>]``,
+    ``qp-<r>[-k<k>][-d<d>]``.
 
     Attributes:
-        kind: ``full``, ``naive``, ``legolink``, ``cacheblend`` or ``qr`` (query-guided recompute).
-        k: tokens recomputed at the start of every chunk (``legolink``, and ``qr``'s first pass).
+        kind: ``full``, ``naive``, ``legolink``, ``cacheblend``, ``qr`` (query-guided recompute)
+            or ``qp`` (its one-pass form: the question probed at shallow layers).
+        k: tokens recomputed at the start of every chunk (``legolink``; ``qr``'s first pass and
+            ``qp``'s fixed rows).
         ratio: fraction of chunk tokens recomputed past layer 1 (``cacheblend``), or recomputed
-            in the second pass (``qr``), in (0, 1].
+            in the second pass (``qr``) or added to the forward (``qp``), in (0, 1].
+        depth: fraction of the layers ``qp``'s probe pass runs, in (0, 1]
+            (:data:`QP_DEFAULT_DEPTH` unless the name says ``-d<percent>``); 0 for other kinds.
     """
 
     kind: str
     k: int = 0
     ratio: float = 0.0
+    depth: float = 0.0
 
     @property
     def name(self) -> str:
@@ -57,8 +66,9 @@ class Method:
             return f"legolink-{self.k}"
         if self.kind == "cacheblend":
             return f"cacheblend-{_percent(self.ratio)}"
-        if self.kind == "qr":
-            return f"qr-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
+        if self.kind in ("qr", "qp"):
+            name = f"{self.kind}-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
+            return name + ("" if self.kind == "qr" or self.depth == QP_DEFAULT_DEPTH else f"-d{_percent(self.depth)}")
         return self.kind
 
     @property
@@ -88,8 +98,11 @@ def parse_method(name: str | Method) -> Method:
         return Method("legolink", k=int(arg))
     if kind == "cacheblend" and _number(arg) and 0 < float(arg) <= 100:
         return Method("cacheblend", ratio=float(arg) / 100)
-    if kind == "qr":
+    if kind in ("qr", "qp"):
+        arg, dsep, depth = arg.partition("-d") if kind == "qp" else (arg, "", "")
         pct, sep, k = arg.partition("-k")
-        if _number(pct) and 0 < float(pct) <= 100 and (not sep or k.isascii() and k.isdigit()):
-            return Method("qr", k=int(k) if k else QR_DEFAULT_K, ratio=float(pct) / 100)
+        depth_ok = not dsep or _number(depth) and 0 < float(depth) <= 100
+        if _number(pct) and 0 < float(pct) <= 100 and (not sep or k.isascii() and k.isdigit()) and depth_ok:
+            return Method(kind, k=int(k) if k else QR_DEFAULT_K, ratio=float(pct) / 100,
+                          depth=0.0 if kind == "qr" else float(depth) / 100 if dsep else QP_DEFAULT_DEPTH)
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")

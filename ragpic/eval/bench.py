@@ -65,10 +65,11 @@ def link_flops(lm: LoadedModel, positions_per_layer: Sequence[tuple[int, float]]
     """FLOPs of a forward where layer ``l`` runs ``count_l`` tokens whose causal key counts sum to ``kv_l``.
 
     Args:
-        positions_per_layer: one ``(count, sum of (p + 1))`` per layer.
+        positions_per_layer: one ``(count, sum of (p + 1))`` per layer; fewer than the model's
+            layers: a pass that stops early (``qp``'s probe), with no LM head.
     """
     s = _cfg_sizes(lm)
-    total = 2.0 * s["hidden"] * s["vocab"]  # LM head, last token only
+    total = 2.0 * s["hidden"] * s["vocab"] if len(positions_per_layer) >= s["layers"] else 0.0  # LM head, last token
     for count, kv_sum in positions_per_layer:
         total += 2.0 * s["linear_params"] * count + 4.0 * s["attn_width"] * kv_sum
     return total
@@ -77,9 +78,10 @@ def link_flops(lm: LoadedModel, positions_per_layer: Sequence[tuple[int, float]]
 def method_flops(lm: LoadedModel, segments: Sequence[Segment], method: str) -> float:
     """FLOP count of linking ``segments`` with ``method`` (causal attention counted exactly).
 
-    For ``cacheblend-r`` and ``qr-r`` the selected tokens depend on the data; the count assumes
-    they are spread evenly over the chunk tokens (so their attention cost is ``r`` of the
-    chunks'); ``qr`` adds its first pass (``legolink-k``) and the question's second forward.
+    For ``cacheblend-r``, ``qr-r`` and ``qp-r`` the selected tokens depend on the data; the count
+    assumes they are spread evenly over the chunk tokens (so their attention cost is ``r`` of
+    the chunks'); ``qr`` adds its first pass (``legolink-k``) and the question's second forward,
+    ``qp`` its probe pass (``legolink-k``'s rows through the first layers).
     Each method's rows per layer come from its strategy (:meth:`ragpic.core.link.Linker.layer_rows`).
     """
     return sum(link_flops(lm, rows) for rows in linker_for(method).layer_rows(segments, lm.num_layers))

@@ -26,6 +26,7 @@ from ragpic.core.forward import recompute_rows
 from ragpic.core.link.cacheblend import CacheBlend
 from ragpic.core.link.plan import LinkResult, Linker, check_segments, fill_cached_rows, new_cache, synchronize
 from ragpic.core.link.query_guided import QueryGuided
+from ragpic.core.link.query_probe import QueryProbe
 from ragpic.core.link.rows import Full, Rows
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
@@ -35,7 +36,7 @@ from ragpic.core.segments import Segment, concat_ids
 __all__ = ["ChunkedLink", "link", "linker_for", "recompute_mask"]
 
 _FAMILIES: dict[str, type[Linker]] = {"full": Full, "naive": Rows, "legolink": Rows, "cacheblend": CacheBlend,
-                                      "qr": QueryGuided}
+                                      "qr": QueryGuided, "qp": QueryProbe}
 
 
 def linker_for(method: str | Method | Linker) -> Linker:
