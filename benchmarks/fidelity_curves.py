@@ -2,11 +2,12 @@
 
     python benchmarks/fidelity_curves.py --model "Qwen2.5-Coder-0.5B" \\
         --needle docs/needle_qwen05b.json,docs/needle_qwen05b_8k.json --musique docs/eval_qwen05b.json \\
-        --ruler docs/ruler_qwen05b_4k.json --out docs/fidelity_qwen05b.png
+        --ruler docs/ruler_qwen05b_4k.json,docs/ruler_qp_qwen05b_4k.json --out docs/fidelity_qwen05b.png
 
 Reads the runs' own figures (``ragpic eval needle``, ``ragpic eval``, ``ragpic eval ruler``
 JSON; several needle runs of one model add their cells up, their speed-ups are averaged
-geometrically), prints one table and draws the figure (docs/RESULTS.md §14).
+geometrically; several RULER runs of the same prompts add their methods, each method's figures
+from the first run that has it), prints one table and draws the figure (docs/RESULTS.md §14).
 """
 
 from __future__ import annotations
@@ -34,17 +35,34 @@ def merged_needle(paths: list[Path]) -> dict | None:
     return {"summary": out}
 
 
+def merged_ruler(paths: list[Path]) -> dict | None:
+    """Several ``eval ruler`` runs of one model on the same prompts (same seed, tasks and
+    lengths) as one: each method from the first run that has it."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    if not runs:
+        return None
+    keys = {(tuple(r["config"]["tasks"]), tuple(r["config"]["lengths"]), r["config"]["seed"]) for r in runs}
+    if len(keys) > 1:
+        raise SystemExit(f"--ruler runs differ in tasks, lengths or seed ({sorted(keys)}): their ratios do not compare")
+    overall: dict = {}
+    for r in runs:
+        for m, a in r["overall"].items():
+            overall.setdefault(m, a)
+    return {"overall": overall}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="the model's name, for the title")
     p.add_argument("--needle", default="", help="comma list of `ragpic eval needle --json` files (one model)")
     p.add_argument("--musique", type=Path, help="`ragpic eval --json` file")
-    p.add_argument("--ruler", type=Path, help="`ragpic eval ruler --json` file")
+    p.add_argument("--ruler", default="", help="comma list of `ragpic eval ruler --json` files (one model, same prompts)")
     p.add_argument("--out", type=Path, required=True, help="PNG to write")
     args = p.parse_args(argv)
     needle = merged_needle([Path(x) for x in args.needle.split(",") if x])
     load = lambda f: json.loads(f.read_text()) if f else None  # noqa: E731
-    points = fidelity_points(needle, load(args.musique), load(args.ruler))
+    ruler = merged_ruler([Path(x) for x in args.ruler.split(",") if x])
+    points = fidelity_points(needle, load(args.musique), ruler)
     if not points:
         p.error("give --needle, --musique or --ruler")
     print(f"{args.model}: accuracy ratio to full (speed-up vs full)")
