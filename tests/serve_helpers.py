@@ -106,8 +106,9 @@ def wait_for(pred, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def tiny_home(tmp_path_factory, name: str) -> Path:
-    """A fresh folder for one test module's servers, with a tiny random model saved at ``model/``."""
+def tiny_home(tmp_path_factory, name: str, **overrides) -> Path:
+    """A fresh folder for one test module's servers, with a tiny random model saved at ``model/``
+    (``overrides``: its config's, e.g. a longer context window)."""
     home = tmp_path_factory.mktemp(name)
-    saved_tiny_model(home / "model")
+    saved_tiny_model(home / "model", **overrides)
     return home

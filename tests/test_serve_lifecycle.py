@@ -18,7 +18,9 @@ SENTENCES = sentences()
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    return tiny_home(tmp_path_factory, "serve-lifecycle")
+    # a long context window, so the stream the shutdown cuts cannot reach its length limit first
+    # however slowly the test's own requests get through on a loaded CPU
+    return tiny_home(tmp_path_factory, "serve-lifecycle", max_position_embeddings=16384)
 
 
 def test_shutdown_grace_ends_every_request_cleanly(home):
@@ -27,8 +29,8 @@ def test_shutdown_grace_ends_every_request_cleanly(home):
     got: dict = {}
     try:
         with s.client() as c, s.client() as c2:
-            def stream_a():  # runs ~5 s: past the grace
-                with c.stream("POST", "/v1/chat/completions", json=body(max_tokens=900, stream=True)) as r:
+            def stream_a():  # 16k tokens, far past the grace
+                with c.stream("POST", "/v1/chat/completions", json=body(max_tokens=16000, stream=True)) as r:
                     got["a"] = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
 
             def whole_b():  # waits behind A (max_batch 1) until the grace ends
