@@ -39,7 +39,7 @@ from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment, segment_starts
 from ragpic.errors import LinkError
 
-__all__ = ["SPAN", "QueryGuided", "chunk_spans", "select_spans", "trailing_text_rows"]
+__all__ = ["SPAN", "QueryGuided", "check_probe_runs", "chunk_spans", "select_spans", "trailing_text_rows"]
 
 SPAN = 16
 """Tokens per recomputed run: long enough to keep a sentence's tokens together, short enough
@@ -70,6 +70,15 @@ def trailing_text_rows(segments: Sequence[Segment]) -> int:
             break
         rows += seg.num_tokens
     return max(rows, 1)
+
+
+def check_probe_runs(lm: LoadedModel, method: str) -> None:
+    """Raise :class:`LinkError` unless the model runs ragpic's attention, where the probe reads
+    the question's attention (``qr``, ``qp``)."""
+    if not uses_banded_attention(lm.model):
+        raise LinkError(f"{method} reads the question's attention inside ragpic's attention function, "
+                        "which this model does not run: load it with ragpic.load_model (or "
+                        "wrap_model(..., banded_attention=True)), or pick legolink-16 or cacheblend-15")
 
 
 def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: float) -> torch.Tensor:
@@ -118,10 +127,7 @@ class QueryGuided(Linker):
         Raises:
             LinkError: the model does not run ragpic's attention, so the probe sees nothing.
         """
-        if not uses_banded_attention(lm.model):
-            raise LinkError(f"{self.name} reads the question's attention inside ragpic's attention function, "
-                            "which this model does not run: load it with ragpic.load_model (or "
-                            "wrap_model(..., banded_attention=True)), or pick legolink-16 or cacheblend-15")
+        check_probe_runs(lm, self.name)
         n, first = ids.numel(), rec
         probe = AttentionProbe(rows=trailing_text_rows(segments))
         pos1 = first.nonzero().squeeze(1)

@@ -31,15 +31,13 @@ import torch
 
 from ragpic.core.forward import layer_forward, recompute_rows, step_inputs
 from ragpic.core.link.plan import Linker
-from ragpic.core.link.query_guided import chunk_spans, select_spans, trailing_text_rows
+from ragpic.core.link.query_guided import check_probe_runs, chunk_spans, select_spans, trailing_text_rows
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
-from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment
-from ragpic.errors import LinkError
 
 __all__ = ["PROFILED_LAYERS", "QueryProbe", "probe_layers", "shallow_pass"]
 
@@ -92,10 +90,7 @@ class QueryProbe(Linker):
         Raises:
             LinkError: the model does not run ragpic's attention, so the probe sees nothing.
         """
-        if not uses_banded_attention(lm.model):
-            raise LinkError(f"{self.name} reads the question's attention inside ragpic's attention function, "
-                            "which this model does not run: load it with ragpic.load_model (or "
-                            "wrap_model(..., banded_attention=True)), or pick legolink-16 or cacheblend-15")
+        check_probe_runs(lm, self.name)
         n, probed = ids.numel(), 0
         runs = chunk_spans(segments)
         if runs:
