@@ -28,8 +28,8 @@ class Config:
             or ``"auto"`` (also bf16 on a CPU with native bf16 instructions, AVX512_BF16/AMX).
         method: link method: ``legolink-<k>`` (default ``legolink-16``), ``legolink-0``,
             ``naive``, ``cacheblend-<percent>``, ``qr-<percent>[-k<k>]`` (query-guided recompute,
-            :mod:`ragpic.core.link.query_guided`), ``qp-<percent>[-k<k>]`` (its one-pass form,
-            :mod:`ragpic.core.link.query_probe`) or ``full``.
+            :mod:`ragpic.core.link.query_guided`), ``qp-<percent>[-k<k>][-d<percent>]`` (its
+            one-pass form, :mod:`ragpic.core.link.query_probe`) or ``full``.
         store: where compiled KV lives: a folder (put it beside your vector index, see
             :func:`kv_folder`), ``redis://host:port/db`` (shared by several workers),
             ``redis-cluster://host:port,host:port`` (a Redis Cluster), or

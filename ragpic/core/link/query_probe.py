@@ -1,4 +1,4 @@
-"""One-pass query-guided recompute (``qp-<r>[-k<k>]``): probe the question early, recompute once.
+"""One-pass query-guided recompute (``qp-<r>[-k<k>][-d<d>]``): probe the question early, recompute once.
 
 ``qr`` (:mod:`ragpic.core.link.query_guided`) runs a whole ``legolink-k`` pass before it knows
 which runs to repair, then a second pass over them and the question; rows of its first pass
