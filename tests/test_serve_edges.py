@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from serve_helpers import AUTH, HI, KEY, Server, body, long_body, sentences, tiny_home
+from serve_helpers import AUTH, HI, KEY, Server, body, long_body, sentences, tiny_home, wait_for
 
 SENTENCES = sentences()
 
@@ -170,7 +170,9 @@ def test_non_streaming_client_that_leaves_is_cancelled(server, client):
     payload = json.dumps(long_body(600)).encode()
     with socket.create_connection(("127.0.0.1", server.port)) as s:
         s.sendall(post_bytes(payload, length=len(payload)))
-        time.sleep(0.5)  # linked and decoding by now
+        # leave once it decodes: a fixed sleep let a loaded CPU close the socket before the
+        # server had read the request, which then counts as nothing
+        wait_for(lambda: client.get("/health").json()["decoding"] == 1)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         now = client.get("/metrics").text
