@@ -39,7 +39,8 @@ from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment, segment_starts
 from ragpic.errors import LinkError
 
-__all__ = ["SPAN", "QueryGuided", "check_probe_runs", "chunk_spans", "select_spans", "trailing_text_rows"]
+__all__ = ["SPAN", "QueryGuided", "check_probe_runs", "chunk_spans", "select_spans", "spread_rows",
+           "trailing_text_rows"]
 
 SPAN = 16
 """Tokens per recomputed run: long enough to keep a sentence's tokens together, short enough
@@ -70,6 +71,13 @@ def trailing_text_rows(segments: Sequence[Segment]) -> int:
             break
         rows += seg.num_tokens
     return max(rows, 1)
+
+
+def spread_rows(segments: Sequence[Segment], ratio: float) -> tuple[int, float]:
+    """``ratio`` of the chunk tokens as ``(rows, sum of their (position + 1))``, counted as spread
+    evenly over the chunks: the FLOP count of a selection that depends on the data."""
+    chunk = (~Linker(parse_method("naive")).recompute(segments)).nonzero().squeeze(1).double() + 1
+    return math.ceil(ratio * chunk.numel()), ratio * float(chunk.sum())
 
 
 def check_probe_runs(lm: LoadedModel, method: str) -> None:
@@ -112,10 +120,9 @@ class QueryGuided(Linker):
         depends on the data) and the question again."""
         first = super().layer_rows(segments, num_layers)
         n = sum(s.num_tokens for s in segments)
-        chunk = (~Linker(parse_method("naive")).recompute(segments)).nonzero().squeeze(1).double() + 1
+        rows, pos_sum = spread_rows(segments, self.method.ratio)
         tail = trailing_text_rows(segments)
-        second = (math.ceil(self.method.ratio * chunk.numel()) + tail,
-                  self.method.ratio * float(chunk.sum()) + tail * (n - (tail - 1) / 2))
+        second = (rows + tail, pos_sum + tail * (n - (tail - 1) / 2))
         return first + [[second] * num_layers]
 
     def run_whole(self, lm: LoadedModel, segments: Sequence[Segment], ids: torch.Tensor, rec: torch.Tensor,

@@ -31,8 +31,8 @@ import torch
 
 from ragpic.core.forward import layer_forward, recompute_rows, step_inputs
 from ragpic.core.link.plan import Linker
-from ragpic.core.link.query_guided import check_probe_runs, chunk_spans, select_spans, trailing_text_rows
-from ragpic.core.methods import parse_method
+from ragpic.core.link.query_guided import (check_probe_runs, chunk_spans, select_spans, spread_rows,
+                                           trailing_text_rows)
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.ops.device import to_device
@@ -68,7 +68,7 @@ def shallow_pass(lm: LoadedModel, cache: LinkedCache, ids: torch.Tensor, host_po
 
 
 class QueryProbe(Linker):
-    """``qp-<r>[-k<k>]``: :meth:`recompute` is ``legolink-k``'s rows (the probe pass's and the
+    """``qp-<r>[-k<k>][-d<d>]``: :meth:`recompute` is ``legolink-k``'s rows (the probe pass's and the
     forward's fixed part); the runs the forward adds are chosen while it runs, so it runs whole."""
 
     pieces_ok = False
@@ -77,9 +77,8 @@ class QueryProbe(Linker):
         """The probe pass (``P`` layers of ``legolink-k``'s rows), then the forward: those rows plus
         ``r`` of the chunk tokens, counted as spread evenly (the choice depends on the data)."""
         first = super().layer_rows(segments, num_layers)[0][0]
-        chunk = (~Linker(parse_method("naive")).recompute(segments)).nonzero().squeeze(1).double() + 1
-        r = self.method.ratio
-        forward = (first[0] + math.ceil(r * chunk.numel()), first[1] + r * float(chunk.sum()))
+        rows, pos_sum = spread_rows(segments, self.method.ratio)
+        forward = (first[0] + rows, first[1] + pos_sum)
         return [[first] * probe_layers(num_layers, self.method.depth), [forward] * num_layers]
 
     def run_whole(self, lm: LoadedModel, segments: Sequence[Segment], ids: torch.Tensor, rec: torch.Tensor,
