@@ -1,4 +1,4 @@
-"""Query-guided recompute (``qr-<r>``) on tiny random models and raw tensors."""
+"""Query-guided recompute (``qr-<r>``; ``qp-<r>``'s exactness too) on tiny random models and raw tensors."""
 
 from __future__ import annotations
 
@@ -21,17 +21,19 @@ KINDS = ["llama", "qwen2", "mistral", "qwen3", "gemma"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("method", ["qr-100", "qr-100-k0"])
+@pytest.mark.parametrize("method", ["qr-100", "qr-100-k0", "qp-100", "qp-100-k0", "qp-100-d75"])
 def test_full_budget_equals_full(kind, method):
-    lm = tiny_lm(kind, num_hidden_layers=3)
+    """Both query-driven methods (qp-100-d75 probes 3 of the 4 layers, the default 2): qp's probe
+    pass wrote layers 0..P-1 first and its forward rewrote every one of their rows."""
+    lm = tiny_lm(kind, num_hidden_layers=4)
     segs = linked_prompt(lm, compile_texts(lm))
-    full, qr = link(lm, segs, "full"), link(lm, segs, method)
+    full, linked = link(lm, segs, "full"), link(lm, segs, method)
     n = full.num_tokens
-    assert (full.logits - qr.logits).abs().max() <= TOL
-    for a, b in ((full.cache.key_slab, qr.cache.key_slab), (full.cache.value_slab, qr.cache.value_slab)):
+    assert (full.logits - linked.logits).abs().max() <= TOL
+    for a, b in ((full.cache.key_slab, linked.cache.key_slab), (full.cache.value_slab, linked.cache.value_slab)):
         assert (a[..., :n, :] - b[..., :n, :]).abs().max() <= TOL
-    # the approximation it starts from is one: its first pass alone is far from full
-    first = "legolink-16" if method == "qr-100" else "naive"
+    # the approximation it starts from is one: its legolink-k rows alone are far from full
+    first = "naive" if method.endswith("-k0") else "legolink-16"
     assert (full.logits - link(lm, segs, first).logits).abs().max() > 100 * TOL
 
 
