@@ -23,12 +23,9 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers.cache_utils import DynamicCache
 
 import ragpic
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.forward import prefill
-from ragpic.core.kv import ChunkKV
 from ragpic.core.link import link
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.eval import scoring
@@ -37,22 +34,10 @@ from ragpic.eval.evaluate import teacher_forced_logits
 from ragpic.eval.needle import KEYWORDS, needle_chunks
 from ragpic.eval.variants import build_segments, compile_for
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from neighbour_compile import compile_behind  # noqa: E402  (one compile-behind-a-prefix for both benchmarks)
+
 MAX_NEW = 32
-
-
-@torch.inference_mode()
-def compile_behind(lm: LoadedModel, head: list[int], chunks: list[list[int]]) -> list[ChunkKV]:
-    """Each chunk prefilled after ``head`` (positions 0..), the head's rows dropped."""
-    out = []
-    for ids in chunks:
-        seq = torch.tensor(head + ids, device=lm.device)[None]
-        cache = DynamicCache()
-        prefill(lm.model, seq, torch.arange(seq.shape[1], device=lm.device)[None], cache)
-        keys = torch.stack([layer.keys for layer in cache.layers])[:, 0, :, len(head):].clone()
-        values = torch.stack([layer.values for layer in cache.layers])[:, 0, :, len(head):].clone()
-        out.append(ChunkKV(token_ids=torch.tensor(ids), keys=keys, values=values, base_position=len(head),
-                           fingerprint=lm.fingerprint, recipe="plain"))
-    return out
 
 
 @torch.inference_mode()
@@ -60,10 +45,10 @@ def run_cell(lm: LoadedModel, haystack: str, length: int, depth: float, variants
     tok = lm.tokenizer
     prefix, texts, suffix = needle_chunks(tok, haystack, length, depth, chunk_tokens=512)
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    head = tok(prefix, add_special_tokens=False)["input_ids"]
     segs = {"plain": build_segments(tok, prefix, compile_for(lm, ids, ["legolink-16"], {})["plain"], suffix,
                                     glue=None),
-            "head": build_segments(tok, prefix, compile_behind(lm, tok(prefix, add_special_tokens=False)["input_ids"],
-                                                              ids), suffix, glue=None)}
+            "head": build_segments(tok, prefix, [compile_behind(lm, head, c) for c in ids], suffix, glue=None)}
     ref = link(lm, segs["plain"], "full", extra_capacity=MAX_NEW + 1)
     answer = list(decode_tokens(lm, ref.cache, ref.logits, ref.num_tokens, Sampling(max_new_tokens=MAX_NEW)))
     ref_tf = teacher_forced_logits(lm, ref, answer)

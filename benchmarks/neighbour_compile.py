@@ -89,9 +89,9 @@ def _top(close: torch.Tensor, texts: list[str], m: int) -> list[list[int]]:
     return [close[i].topk(m).indices.tolist() for i in range(n)]
 
 
-def lexical_table(texts: list[str], m: int) -> list[list[int]]:
-    """For each text, its ``m`` best BM25 matches (k1 = 1.2, b = 0.75) with the text's distinct
-    words as the query, nearest first."""
+def bm25_closeness(texts: list[str]) -> torch.Tensor:
+    """``(n, n)``: row ``i`` scores every text by BM25 (k1 = 1.2, b = 0.75) with text ``i``'s
+    distinct words as the query; idf over ``texts``, so it depends on the pool searched."""
     docs = [re.findall(r"[a-z0-9]+", t.lower()) for t in texts]
     n, avg = len(docs), sum(map(len, docs)) / len(docs)
     df = Counter(w for d in docs for w in set(d))
@@ -102,27 +102,27 @@ def lexical_table(texts: list[str], m: int) -> list[list[int]]:
         for j in range(n):
             norm = 1.2 * (0.25 + 0.75 * len(docs[j]) / avg)
             close[i, j] = sum(idf[w] * tfs[j][w] * 2.2 / (tfs[j][w] + norm) for w in tfs[i] if w in tfs[j])
-    return _top(close, texts, m)
+    return close
 
 
-def neighbour_table(texts: list[str], m: int) -> list[list[int]]:
-    """For each text, the indices of its ``m`` nearest other texts by MiniLM, nearest first."""
+def minilm_closeness(texts: list[str]) -> torch.Tensor:
+    """``(n, n)`` cosine by MiniLM between the closest pair of windows of two texts; pairwise,
+    so one matrix over every text serves any pool."""
     from ragpic.demo.app import embedding_model
 
-    embed = embedding_model()
     owner, flat = [], []
     for i, t in enumerate(texts):
         for w in windows(t):
             owner.append(i)
             flat.append(w)
-    vecs = torch.nn.functional.normalize(torch.tensor(embed.get_text_embedding_batch(flat)), dim=-1)
+    vecs = torch.nn.functional.normalize(torch.tensor(embedding_model().get_text_embedding_batch(flat)), dim=-1)
     owner_t = torch.tensor(owner)
     sim = vecs @ vecs.T  # (W, W) cosine between windows
     n = len(texts)
-    close = torch.full((n, n), -2.0)
-    for i in range(n):  # chunk-to-chunk: the closest pair of windows
+    close = torch.empty((n, n))
+    for i in range(n):
         close[i] = torch.stack([sim[owner_t == i][:, owner_t == j].max() for j in range(n)])
-    return _top(close, texts, m)
+    return close
 
 
 @torch.inference_mode()
@@ -141,14 +141,23 @@ def compile_behind(lm: LoadedModel, prefix: list[int], ids: list[int]) -> ChunkK
 
 def neighbours(recipes: list[str], texts: list[str], groups: list[list[int]]) -> dict[str, list[list[int]]]:
     """Per ``nbr<m>`` / ``lex<m>`` recipe, every chunk's neighbours (global indices, nearest
-    first), searched within each group of global indices."""
+    first), searched within each group of global indices. MiniLM embeds every text once; BM25
+    scores each group on its own (its idf is the group's)."""
+    kinds = {r[:3] for r in recipes if r[:3] in ("nbr", "lex")}
+    minilm = minilm_closeness(texts) if "nbr" in kinds else None
+    closeness = {}  # (kind, group) -> (len(g), len(g))
+    for k, g in enumerate(groups):
+        if minilm is not None:
+            closeness["nbr", k] = minilm[g][:, g]
+        if "lex" in kinds:
+            closeness["lex", k] = bm25_closeness([texts[i] for i in g])
     out = {}
     for r in recipes:
-        if r[:3] not in ("nbr", "lex"):
+        if r[:3] not in kinds:
             continue
-        table = [[] for _ in texts]
-        for g in groups:
-            local = (neighbour_table if r[:3] == "nbr" else lexical_table)([texts[i] for i in g], int(r[3:]))
+        table: list[list[int]] = [[] for _ in texts]
+        for k, g in enumerate(groups):
+            local = _top(closeness[r[:3], k].clone(), [texts[i] for i in g], int(r[3:]))
             for i, near in zip(g, local):
                 table[i] = [g[j] for j in near]
         out[r] = table
@@ -248,9 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     variants = a.variants.split(",")
     for v in variants:
-        recipe = v.partition(":")[0]
-        if ":" not in v or not (recipe in ("plain", "prev", "other") or (recipe[:3] in ("nbr", "lex") and recipe[3:].isdigit())
-                                or (recipe[:4] == "prev" and recipe[4:].isdigit())):
+        if not re.fullmatch(r"(plain|other|prev\d*|(nbr|lex)\d+):.+", v):
             p.error(f"--variants: {v!r} is not <plain|prev[<m>]|other|nbr<m>|lex<m>>:<method>")
     if a.threads:
         torch.set_num_threads(a.threads)
