@@ -42,3 +42,13 @@ def test_a_range_must_move_forward_and_stay_inside_the_chunk():
 def test_an_empty_chunk_is_refused_before_any_work():
     with pytest.raises(ChunkError, match="empty"):
         ChunkInParts(tiny_lm(), [])
+
+
+def test_errors_name_the_callers_chunk():
+    with pytest.raises(ChunkError, match="chunk 3 is empty") as err:
+        ChunkInParts(tiny_lm(), [], index=3)
+    assert err.value.index == 3
+    part = ChunkInParts(tiny_lm(), IDS, index=5)
+    with pytest.raises(ChunkError, match="chunk 5: end=0") as err:
+        part.run(0)
+    assert err.value.index == 5

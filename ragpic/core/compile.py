@@ -123,15 +123,17 @@ class ChunkInParts:
     Args:
         ids: the chunk's token ids, ``(T,)`` int64 (no special tokens added).
         recipe: ``plain`` or ``bos<N>``: its ``N`` dummy rows come first and count as rows.
+        index: the chunk's position among the caller's chunks, named by its errors.
     """
 
-    __slots__ = ("lm", "ids", "recipe", "dummies", "seq", "done", "_cache")
+    __slots__ = ("lm", "ids", "recipe", "dummies", "index", "seq", "done", "_cache")
 
-    def __init__(self, lm: LoadedModel, ids: Sequence[int] | torch.Tensor, recipe: str = PLAIN):
-        self.lm, self.recipe = lm, recipe
+    def __init__(self, lm: LoadedModel, ids: Sequence[int] | torch.Tensor, recipe: str = PLAIN, *,
+                 index: int = 0):
+        self.lm, self.recipe, self.index = lm, recipe, index
         self.ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
         self.dummies = recipe_dummies(recipe)
-        _check(self.ids, 0, self.dummies, lm)
+        _check(self.ids, index, self.dummies, lm)
         self.seq = _with_dummies(lm, self.ids, self.dummies)  # (dummies + T,)
         self.done = 0  # rows prefilled so far
         self._cache = DynamicCache()
@@ -145,8 +147,8 @@ class ChunkInParts:
     def run(self, end: int) -> ChunkKV | None:
         """Prefill rows ``[done, end)``; the chunk's KV once ``end`` reaches :attr:`rows`, else None."""
         if not self.done < end <= self.rows:
-            raise ChunkError(f"end={end}: the next range of rows must end after row {self.done} and by row "
-                             f"{self.rows} (the chunk's end)")
+            raise ChunkError(f"chunk {self.index}: end={end}: the next range of rows must end after row "
+                             f"{self.done} and by row {self.rows} (the chunk's end)", self.index)
         dev = self.lm.device
         prefill(self.lm.model, to_device(self.seq[None, self.done:end], dev),
                 torch.arange(self.done, end, device=dev)[None], self._cache)

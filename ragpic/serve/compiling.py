@@ -116,7 +116,7 @@ class CompileWork:
     def _part(self, lm, i: int, a: int, b: int) -> list[ChunkKV]:
         """Rows ``[a, b)`` of chunk ``i`` (its dummy rows first); its KV once ``b`` is its end."""
         if a == 0:
-            self._partial = ChunkInParts(lm, self.todo[i][2], self.recipe)
+            self._partial = ChunkInParts(lm, self.todo[i][2], self.recipe, index=i)
         kv = self._partial.run(b)
         if kv is None:
             return []
