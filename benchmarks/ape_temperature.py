@@ -31,7 +31,7 @@ from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.segments import Segment
 from ragpic.eval import scoring
 from ragpic.eval.data import default_haystack, load_haystack
-from ragpic.eval.evaluate import run_method, teacher_forced_logits
+from ragpic.eval.evaluate import against_full, run_method, teacher_forced_logits
 from ragpic.eval.ruler import score_answer
 from ragpic.eval.ruler_tasks import TASKS, generate_sample
 from ragpic.eval.variants import build_segments, compile_for
@@ -112,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             rec = {"task": task, "sample": i, "full": {"answer": full.answer, "score": score_answer(sample, full.answer)}}
             for s in arms:
                 run = run_method(lm, scaled(segs[kind], s), a.method, max_new, full.answer_ids)
-                rec[f"s={s}"] = {"answer": run.answer, "score": score_answer(sample, run.answer),
-                                 "same_as_full": scoring.exact_match(run.answer, full.answer),
-                                 "tf_kl_vs_full": float(scoring.kl_divergence(full.tf_logits, run.tf_logits).mean()),
+                rec[f"s={s}"] = {**against_full(run, full), "score": score_answer(sample, run.answer),
                                  "speedup": full.seconds / run.seconds}
             records.append(rec)
             print(f"[eval {time.perf_counter() - t0:.0f}s] {task} {i}: full {rec['full']['score']:.2f} "

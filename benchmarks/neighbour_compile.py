@@ -64,7 +64,7 @@ from ragpic.core.model import LoadedModel, load_model
 from ragpic.eval import scoring
 from ragpic.eval.data import (GLUE, QA_INSTRUCTION, default_dataset, default_haystack, load_haystack, load_qa,
                               qa_chunk_ids, template_parts)
-from ragpic.eval.evaluate import run_method
+from ragpic.eval.evaluate import against_full, run_method
 from ragpic.eval.ruler import score_answer
 from ragpic.eval.ruler_tasks import TASKS, generate_sample
 from ragpic.eval.variants import build_segments
@@ -306,10 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         for v in variants:
             recipe, method = v.split(":")
             run = run_method(lm, segs[recipe], method, pr.max_new, full.answer_ids)
-            rec[v] = {"answer": run.answer, "score": pr.score(run.answer),
-                      "same_as_full": scoring.exact_match(run.answer, full.answer),
-                      "tf_kl_vs_full": float(scoring.kl_divergence(full.tf_logits, run.tf_logits).mean()),
-                      "speedup": full.seconds / run.seconds}
+            rec[v] = {**against_full(run, full), "score": pr.score(run.answer), "speedup": full.seconds / run.seconds}
         records.append(rec)
         if a.json:  # after every prompt: a long run stopped early keeps what it measured
             with open(a.json, "w") as f:

@@ -95,6 +95,15 @@ def run_method(lm: LoadedModel, segments: Sequence[Segment], method: str, max_ne
     return MethodRun(method, answer, ids, first, tf, res.seconds, res.recomputed, res.num_tokens)
 
 
+def against_full(run: MethodRun, full: MethodRun) -> dict:
+    """``run``'s fidelity record against ``full``'s run on the same prompt (JSON-ready): its
+    answer, answer identity with ``full``'s, teacher-forced KL(full || run) over ``full``'s
+    answer (both runs teacher-forced on it), link seconds and recomputed rows."""
+    return {"answer": run.answer, "same_as_full": scoring.exact_match(run.answer, full.answer),
+            "tf_kl_vs_full": float(scoring.kl_divergence(full.tf_logits, run.tf_logits).mean()),
+            "ttft_s": run.seconds, "recomputed_tokens": run.recomputed}
+
+
 def run_methods(lm: LoadedModel, segs_by_recipe: dict[str, list[Segment]], methods: Sequence[str],
                 max_new_tokens: int, teacher_force: bool = True) -> dict[str, MethodRun]:
     """Every method on the same prompt; ``full`` first, its answer teacher-forces the others.

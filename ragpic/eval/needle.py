@@ -18,7 +18,7 @@ from ragpic.core.model import LoadedModel
 
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack, template_parts
-from ragpic.eval.evaluate import run_methods
+from ragpic.eval.evaluate import against_full, run_methods
 from ragpic.eval.plots import plot_heatmaps
 from ragpic.eval.variants import build_segments, compile_for, normalize_methods
 
@@ -116,13 +116,10 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
             segs = {r: build_segments(tok, prefix, kv, suffix, glue=None) for r, kv in kvs.items()}
             runs = run_methods(lm, segs, methods, max_new_tokens)
             for m, r in runs.items():
-                kl = scoring.kl_divergence(runs["full"].tf_logits, r.tf_logits).mean()
                 cells.append({
                     "length": length, "depth": depth, "context_tokens": r.num_tokens, "chunks": len(ids),
-                    "method": m, "answer": r.answer, "f1": scoring.f1_score(r.answer, NEEDLE),
-                    "hit": scoring.needle_hit(r.answer, KEYWORDS), "tf_kl_vs_full": float(kl),
-                    "same_as_full": scoring.exact_match(r.answer, runs["full"].answer),
-                    "ttft_s": r.seconds, "recomputed_tokens": r.recomputed,
+                    "method": m, **against_full(r, runs["full"]), "f1": scoring.f1_score(r.answer, NEEDLE),
+                    "hit": scoring.needle_hit(r.answer, KEYWORDS),
                 })
             if progress:
                 progress(f"length {length} depth {depth}: {runs['full'].num_tokens} tokens, "

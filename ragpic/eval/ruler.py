@@ -18,7 +18,7 @@ from pathlib import Path
 from ragpic.core.model import LoadedModel
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
-from ragpic.eval.evaluate import run_method
+from ragpic.eval.evaluate import against_full, run_method
 from ragpic.eval.ruler_tasks import TASKS, RulerSample, generate_sample
 from ragpic.eval.variants import build_segments, compile_for, normalize_methods, variant_key
 
@@ -50,11 +50,7 @@ def _run_sample(lm: LoadedModel, sample: RulerSample, methods: Sequence[str], ma
         "task": sample.task, "length": sample.length, "sample": sample.index, "context_tokens": full.num_tokens,
         "chunks": len(sample.chunks), "question": sample.question, "expected": list(sample.expected),
         "metric": sample.metric,
-        "methods": {m: {"answer": r.answer, "score": score_answer(sample, r.answer),
-                        "same_as_full": scoring.exact_match(r.answer, full.answer),
-                        "tf_kl_vs_full": float(scoring.kl_divergence(full.tf_logits, r.tf_logits).mean()),
-                        "ttft_s": r.seconds, "recomputed_tokens": r.recomputed}
-                    for m, r in runs.items()},
+        "methods": {m: {**against_full(r, full), "score": score_answer(sample, r.answer)} for m, r in runs.items()},
     }
 
 
