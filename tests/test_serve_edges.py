@@ -140,6 +140,8 @@ def test_burst_from_idle_fills_batch_and_queue_then_429(client):
     after = client.get("/metrics").text
     name = 'ragpic_requests_total{outcome="queue_full"}'
     assert metric(after, name) == metric(before, name) + 1
+    assert client.get("/health").json()["status"] == "ok"  # a full queue refuses, it does not hang
+    assert client.post("/v1/chat/completions", json=body(max_tokens=2)).status_code == 200
 
 
 def raw_request(server: Server, data: bytes, wait_s: float = 15.0) -> bytes:
