@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.decode import TextDelta, held_back, stream_text
+from ragpic.core.detok import Detokenizer, held_back
 from ragpic.core.link import link
 from ragpic.core.segments import Segment
 from tiny import tiny_lm
@@ -59,26 +59,30 @@ class _FakeTok:
 
 
 def _deltas(text, stop, max_new=100):
-    s = Sampling(max_new_tokens=max_new, stop=tuple(stop))
-    return list(stream_text(_FakeTok(), iter(ord(c) for c in text), s))
+    """Push ``text``'s characters as ids until a stop string or ``max_new``: (deltas, stopped)."""
+    d = Detokenizer(_FakeTok(), tuple(stop))
+    out = []
+    for c in text[:max_new]:
+        piece, stopped = d.push(ord(c))
+        out.append(piece)
+        if stopped:
+            return out, True
+    return out + [d.flush()], False
 
 
 def test_stop_string_is_cut_and_never_emitted():
-    out = _deltas("hello world\nQuestion: next", ["\nQuestion:"])
-    assert "".join(d.text for d in out) == "hello world"
-    assert out[-1].finish_reason == "stop"
-    assert all("\n" not in d.text for d in out)  # the held-back prefix never leaked
+    out, stopped = _deltas("hello world\nQuestion: next", ["\nQuestion:"])
+    assert "".join(out) == "hello world"
+    assert stopped
+    assert all("\n" not in d for d in out)  # the held-back prefix never leaked
 
 
 def test_prefix_of_a_stop_string_is_released_when_it_does_not_complete():
-    out = _deltas("a\nb", ["\nQ"])
-    assert "".join(d.text for d in out) == "a\nb"
-    assert out[-1].finish_reason == "eos"
+    out, stopped = _deltas("a\nb", ["\nQ"])
+    assert "".join(out) == "a\nb" and not stopped
     assert held_back("abc\nQu", ["\nQuestion"]) == 3
 
 
-def test_streaming_yields_incrementally_and_reports_length():
-    out = _deltas("abcdef", [], max_new=6)
-    assert [d.text for d in out if d.text] == list("abcdef")
-    assert out[-1].finish_reason == "length"
-    assert isinstance(out[0], TextDelta)
+def test_streaming_yields_incrementally():
+    out, _ = _deltas("abcdef", [], max_new=6)
+    assert [d for d in out if d] == list("abcdef")

@@ -10,7 +10,7 @@ import pytest
 from ragpic import Config, RagPic
 from ragpic.core.decode import Sampling
 from ragpic.core.methods import parse_method
-from ragpic.core.decode import stream_text
+from ragpic.core.detok import Detokenizer
 from ragpic.errors import ConfigError, RagPicError
 from tiny import tiny_lm
 
@@ -98,8 +98,12 @@ def test_a_single_stop_string_is_one_stop_string():
         def decode(self, ids, skip_special_tokens=True):
             return "".join(chr(i) for i in ids)
 
-    out = "".join(d.text for d in stream_text(Chars(), iter(ord(c) for c in "this that; ht end"),
-                                              Sampling(stop="ht", max_new_tokens=100)))
+    detok, out = Detokenizer(Chars(), Sampling(stop="ht").stop), ""
+    for c in "this that; ht end":
+        piece, stopped = detok.push(ord(c))
+        out += piece
+        if stopped:
+            break
     assert out == "this that; "  # not cut at the first 'h' or 't'
 
 

@@ -86,6 +86,7 @@ def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch)
     from ragpic import Config, RagPic
     from ragpic.core.batch import BatchNotHonoured
     from ragpic.core.ops.linked_cache import SlabPool
+    from ragpic.engine import request as running_request
     from ragpic.serve import running
     from ragpic.serve.job import GenJob
 
@@ -95,7 +96,7 @@ def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch)
     def ignored(*args, **kwargs):
         raise BatchNotHonoured("attention ignored the plan")
 
-    monkeypatch.setattr(running, "batched_decode_step", ignored)
+    monkeypatch.setattr(running_request, "batched_decode_step", ignored)
     pool = SlabPool(max_idle=2)
     with torch.inference_mode():  # as on the scheduler thread
         runs = [running.admit(engine, GenJob(messages=None, prompt=p, sampling={"max_new_tokens": 6}), pool, 1000)
@@ -116,7 +117,9 @@ class _Events:
         fn(item)
 
     def put_nowait(self, item):  # on the scheduler thread: the step count is the one it acts on
-        self.log.append((self.name, item[0], item[1], self.steps()))
+        kind = type(item).__name__.lower()  # Linked, Delta, Done, Failed
+        payload = getattr(item, "generation", None) or getattr(item, "text", None) or getattr(item, "error", None)
+        self.log.append((self.name, kind, payload, self.steps()))
 
 
 def _job(log: list, name: str, prompt: str, method: str, n: int, steps):
@@ -178,7 +181,7 @@ def test_a_compile_in_pieces_gives_the_kv_of_one_compile(recipe_method):
     from ragpic.core.compile import compile_chunks
     from ragpic.core.methods import parse_method
     from ragpic.cache.store import ChunkStore
-    from ragpic.serve.compiling import CompileWork, store_pieces
+    from ragpic.engine.compiling import CompileWork, store_pieces
 
     lm = tiny_lm("llama")
     texts = ["a needle", "hides in the", PROMPTS[2], PROMPTS[0]]  # two short, two longer than 16 rows
@@ -211,7 +214,7 @@ def test_a_compiles_tensor_work_stays_on_the_scheduler_thread():
 
     from ragpic import Config, RagPic
     from ragpic.core.methods import parse_method
-    from ragpic.serve.compiling import tokenized
+    from ragpic.engine.compiling import tokenized
     from ragpic.serve.scheduler import Scheduler
 
     engine = RagPic(Config(store=None, device="cpu", kv_quant="int8"), lm=tiny_lm("llama"))

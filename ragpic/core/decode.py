@@ -1,13 +1,14 @@
-"""Decode from a linked cache: token ids until EOS or the length limit, then text.
+"""Decode from a linked cache: token ids until EOS or the length limit.
 
-:func:`decode_tokens` yields greedy or sampled ids, one single-row forward each on buffers made
-once per generation (:class:`DecodeBuffers`); :func:`stream_text` turns the ids into text
-deltas that honour stop strings (never emitted) and keep UTF-8 characters whole.
+:class:`Decoder` holds one request's state (sampling, EOS, per-token buffers made once:
+:class:`DecodeBuffers`) and is the one token loop: :func:`decode_tokens` drives it alone, the
+engine's request (:class:`ragpic.engine.request.LinkedRequest`) one step at a time or in a
+batch. Ids become text in :mod:`ragpic.core.detok`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -17,8 +18,7 @@ from ragpic.core.forward import forward_rows
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache
 
-__all__ = ["DecodeBuffers", "Sampling", "TextDelta", "decode_tokens", "eos_token_ids", "held_back", "next_token",
-           "pick_token", "stop_hit", "stream_text"]
+__all__ = ["DecodeBuffers", "Decoder", "Sampling", "decode_tokens", "eos_token_ids", "next_token", "pick_token"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,28 +60,70 @@ def pick_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Genera
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
 
+class Decoder:
+    """One request's decoding state over its linked cache: the one token loop every path runs.
+
+    :meth:`pick` chooses the next id from ``(V,)`` fp32 logits (None: EOS, nothing emitted);
+    :meth:`forward` feeds the last picked id at its position and returns the next logits. A
+    batched step (:func:`ragpic.core.batch.batched_decode_step`) feeds ``token`` at ``pos``
+    itself and hands each row's logits to :meth:`pick`.
+
+    Attributes:
+        count: ids picked so far (EOS not counted).
+        token: the last id picked (-1 before the first).
+        bufs: the per-token buffers (:class:`DecodeBuffers`), made once.
+    """
+
+    def __init__(self, lm: LoadedModel, cache: LinkedCache, prompt_len: int, sampling: Sampling):
+        self.lm, self.cache, self.sampling = lm, cache, sampling
+        self.gen = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        self.eos = frozenset(eos_token_ids(lm))
+        self.bufs = DecodeBuffers(lm, prompt_len, sampling.max_new_tokens)
+        self.count = 0
+        self.token = -1
+        self._fed: torch.Tensor | int = -1
+
+    @property
+    def pos(self) -> int:
+        """Position of the last picked id (where :meth:`forward` writes its KV)."""
+        return self.bufs.prompt_len + self.count - 1
+
+    @property
+    def exhausted(self) -> bool:
+        """``max_new_tokens`` ids picked: no forward should follow."""
+        return self.count >= self.sampling.max_new_tokens
+
+    def pick(self, logits: torch.Tensor) -> int | None:
+        """The next id from ``(V,)`` fp32 logits, or None on EOS."""
+        tok, fed = next_token(logits, self.sampling, self.gen)
+        if tok in self.eos:
+            return None
+        self.token, self._fed, self.count = tok, fed, self.count + 1
+        return tok
+
+    @torch.inference_mode()
+    def forward(self) -> torch.Tensor:
+        """``(V,)`` fp32 logits after feeding the last picked id at :attr:`pos`."""
+        return self.bufs.forward(self.lm, self.cache, self.count - 1, self._fed)
+
+
 @torch.inference_mode()
 def decode_tokens(lm: LoadedModel, cache: LinkedCache, first_logits: torch.Tensor, prompt_len: int,
                   sampling: Sampling) -> Iterator[int]:
     """Yield generated ids until EOS or ``max_new_tokens``; the cache grows in place.
 
-    The first id comes from the link's logits (no extra forward); each later id costs one
-    single-token forward at position ``prompt_len + i``, on buffers made once
-    (:class:`DecodeBuffers`). Greedy ids are fed back on the device
-    and read by the host once each, to be yielded.
+    A :class:`Decoder` driven to the end: the first id comes from the link's logits (no extra
+    forward); each later id costs one single-token forward at position ``prompt_len + i``, on
+    buffers made once (:class:`DecodeBuffers`). Greedy ids are fed back on the device and read
+    by the host once each, to be yielded.
     """
-    gen = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
-    eos = set(eos_token_ids(lm))
-    bufs = DecodeBuffers(lm, prompt_len, sampling.max_new_tokens)
+    dec = Decoder(lm, cache, prompt_len, sampling)
     logits = first_logits
-    for i in range(sampling.max_new_tokens):
-        tok, fed = next_token(logits, sampling, gen)
-        if tok in eos:
-            return
+    while (tok := dec.pick(logits)) is not None:
         yield tok
-        if i + 1 == sampling.max_new_tokens:
+        if dec.exhausted:
             return
-        logits = bufs.forward(lm, cache, i, fed)
+        logits = dec.forward()
 
 
 def next_token(logits: torch.Tensor, sampling: Sampling,
@@ -158,54 +200,3 @@ class DecodeBuffers:
             token = self.ids
         p = self.prompt_len + i
         return forward_rows(lm, cache, token, self.positions[i:i + 1], p + 1, mask=self.step_mask(i))[-1].float()
-
-
-# ----------------------------------------------------------------------------- ids -> text
-def stop_hit(text: str, stops: Sequence[str]) -> int:
-    """Index where the earliest stop string starts in ``text``, or -1."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else -1
-
-
-def held_back(text: str, stops: Sequence[str]) -> int:
-    """How many trailing chars might be the start of a stop string (not safe to emit yet)."""
-    hold = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:n]):
-                hold = max(hold, n)
-                break
-    return hold
-
-
-@dataclass(slots=True)
-class TextDelta:
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None = None  # "stop", "length" or "eos" on the last delta
-
-
-def stream_text(tokenizer, token_iter: Iterator[int], sampling: Sampling) -> Iterator[TextDelta]:
-    """Turn ids into text deltas, honouring stop strings without emitting any part of them.
-
-    The whole generated id list is decoded each step (not token by token) so multi-byte
-    characters and merges come out right; only the new suffix is emitted.
-    """
-    ids: list[int] = []
-    emitted = 0
-    for tok in token_iter:
-        ids.append(tok)
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next byte
-            continue
-        cut = stop_hit(text, sampling.stop)
-        if cut >= 0:
-            yield TextDelta(text[emitted:cut], ids.copy(), "stop")
-            return
-        safe = len(text) - held_back(text, sampling.stop)
-        if safe > emitted:
-            yield TextDelta(text[emitted:safe], ids.copy())
-            emitted = safe
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    reason = "length" if len(ids) >= sampling.max_new_tokens else "eos"
-    yield TextDelta(text[emitted:], ids.copy(), reason)

@@ -15,17 +15,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from ragpic.cache.format.expect import expected_for
 from ragpic.config import Config
 from ragpic.core.compile import compile_chunks
-from ragpic.core.decode import Sampling, decode_tokens, stream_text
+from ragpic.core.decode import Sampling
 from ragpic.core.kv import ChunkKV
-from ragpic.core.link import LinkResult, link, linker_for
+from ragpic.core.link import linker_for
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, split_prompt, text_segment
-from ragpic.checks import check_number, check_text, check_texts
-from ragpic.errors import ChunkError, ConfigError, GenerationTimeout
+from ragpic.checks import check_number, check_text
+from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, GenerationTimeout
+from ragpic.engine.compile_plan import plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
 from ragpic.engine.prompting import check_messages, format_chat
+from ragpic.engine.request import LinkedRequest
 from ragpic.engine.segmenting import build_segments, match_chunks
 
 __all__ = ["Generation", "GenerationStream", "RagPic", "check_engine"]
@@ -63,6 +65,11 @@ class RagPic:
             stats_interval_s=self.config.store_stats_interval_s,
         )
 
+    def cache_pool(self, max_idle: int = 1) -> SlabPool:
+        """Memory for linked caches, reused from one request to the next (a server's own pool,
+        holding up to ``max_idle`` idle caches: one per batch slot)."""
+        return SlabPool(max_idle=max_idle)
+
     # ----- tokens and templates -------------------------------------------------------
     @property
     def context_window(self) -> int:
@@ -85,11 +92,15 @@ class RagPic:
         return self.format_chat(messages + [{"role": "user", "content": prompt}])
 
     # ----- compile --------------------------------------------------------------------
+    def method_of(self, method: str | Method | None = None) -> Method:
+        """The parsed link method: ``method``, else ``config.method`` (the public entry points'
+        one place to parse a name; everything below takes a :class:`Method`)."""
+        return method if isinstance(method, Method) else parse_method(method or self.config.method)
+
     def chunk_key(self, text: str, method: str | Method | None = None) -> str:
         from ragpic.cache import chunk_key
 
-        recipe = parse_method(method or self.config.method).recipe
-        return chunk_key(self.lm.fingerprint, text, recipe, self.lm.dtype)
+        return chunk_key(self.lm.fingerprint, text, self.method_of(method).recipe, self.lm.dtype)
 
     def compile(self, texts: Iterable[str], *, method: str | Method | None = None,
                 progress: bool = False) -> int:
@@ -97,25 +108,19 @@ class RagPic:
 
         ``texts`` must be exactly what will appear in prompts (a list: a bare ``str`` is
         refused). Texts shorter than ``config.min_chunk_tokens`` are skipped: they are never
-        cached or matched. Shows a progress bar when ``progress``; a failing chunk raises
-        :class:`ChunkError` naming it.
+        cached or matched (the rules: :mod:`ragpic.engine.compile_plan`). Shows a progress bar
+        when ``progress``; a failing chunk raises :class:`ChunkError` naming it.
         """
-        unique = list(dict.fromkeys(check_texts("texts", texts)))
-        for t in unique:
-            if not t.strip():
-                raise ChunkError("an empty (or whitespace-only) chunk cannot be compiled: drop it before ingest")
-        unique = [t for t in unique if self.cacheable(t)]
-        keys = [self.chunk_key(t, method) for t in unique]
-        present = self.store.contains_many(keys, texts=unique)  # also re-catalogues stored, uncatalogued chunks
-        todo = [(k, t) for k, t, hit in zip(keys, unique, present) if not hit]
+        m = self.method_of(method)
+        plan = plan_compile(self, texts, m)
         try:
-            self._compile_and_store(todo, parse_method(method or self.config.method), progress=progress, strict=True)
+            self._compile_and_store(plan.todo, m, progress=progress, strict=True)
         except ChunkError as e:  # name the chunk by its place in the caller's list
-            if e.index is None or not isinstance(texts, list):
+            if e.index is None:
                 raise
-            where = texts.index(todo[e.index][1])
+            where = plan.texts.index(plan.todo[e.index][1])
             raise ChunkError(re.sub(r"^chunk \d+", f"texts[{where}]", str(e)), where) from e
-        return len(todo)
+        return len(plan.todo)
 
     def cacheable(self, text: str) -> bool:
         """Whether ``text`` is long enough to be a cached chunk (``config.min_chunk_tokens``)."""
@@ -162,7 +167,7 @@ class RagPic:
         returns it (default: here, at once; the server's scheduler compiles them in pieces
         between decode steps and encodes them on its model thread).
         """
-        method = parse_method(method or self.config.method)
+        method = self.method_of(method)
 
         def catalog():
             found = self._stored_texts_in(text)
@@ -211,6 +216,37 @@ class RagPic:
                               f"{', '.join(Sampling.__dataclass_fields__)}")
         return Sampling(**base)  # validates each value (a single stop str is one stop string)
 
+    def plan(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
+             method: str | Method | None = None, chat: bool = True, arrived: float | None = None,
+             mine: Callable[[str], bool] | None = None,
+             compile_missing: Callable[[list[tuple[str, str]], Method], dict[str, ChunkKV]] | None = None,
+             pool: SlabPool | None = None, piece_rows: int | None = None, max_prompt_tokens: int | None = None,
+             **sampling) -> LinkedRequest:
+        """Match the prompt against the store (loading or compiling its chunks' KV) and plan its
+        link: the :class:`~ragpic.engine.request.LinkedRequest` that :meth:`stream` and the
+        server's scheduler then drive. No model work but compiles on a miss.
+
+        Args: as :meth:`stream`, plus ``arrived`` (when the request arrived: ``ttft_s`` runs
+        from it), ``mine`` and ``compile_missing`` (see :meth:`segments`), ``pool`` (the cache
+        memory; default the engine's), ``piece_rows`` (most rows per link piece) and
+        ``max_prompt_tokens`` (a smaller limit than the model's window: a server's).
+        """
+        arrived = time.perf_counter() if arrived is None else arrived
+        m = self.method_of(method)
+        params = self.sampling(**sampling)
+        if isinstance(prompt, str):
+            check_text("prompt", prompt)
+            text = self.format_prompt(prompt) if chat else prompt
+        else:
+            text = self.format_chat(check_messages(prompt))
+        segs, stats = self.segments(text, hints, m, mine=mine, compile_missing=compile_missing)
+        n = sum(s.num_tokens for s in segs)
+        if max_prompt_tokens is not None and n > max_prompt_tokens:
+            raise ContextOverflowError(f"the prompt has {n} tokens, more than this server's limit of "
+                                       f"{max_prompt_tokens} (--max-prompt-tokens): send fewer or shorter chunks")
+        return LinkedRequest(self.lm, segs, m, params, stats=stats, pool=self._pool if pool is None else pool,
+                             piece_rows=piece_rows, arrived=arrived, model=self.lm.name)
+
     def stream(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
                method: str | Method | None = None, chat: bool = True, timeout: float | None = None,
                **sampling) -> GenerationStream:
@@ -226,27 +262,18 @@ class RagPic:
             sampling: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``.
         """
         t0 = time.perf_counter()
-        method = parse_method(method or self.config.method)
-        params = self.sampling(**sampling)
         if timeout is not None:
             check_number("timeout", timeout, "a number of seconds > 0", lambda v: v > 0)
-        if isinstance(prompt, str):
-            check_text("prompt", prompt)
-            text = self.format_prompt(prompt) if chat else prompt
-        else:
-            text = self.format_chat(check_messages(prompt))
         # Store lookups (and compiles on a miss) run outside the step lock: a slow or stalled
         # store delays this request only, never the other streams' tokens.
-        segs, stats = self.segments(text, hints, method)
-        with self._step:
-            res = link(self.lm, segs, method, extra_capacity=params.max_new_tokens, pool=self._pool)
-        result = Generation(method=method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
-                            recomputed_tokens=res.recomputed, chunks_matched=stats.matched,
-                            chunks_loaded=stats.loaded, chunks_compiled=stats.compiled,
-                            cached_tokens=stats.cached_tokens, compiled_tokens=stats.compiled_tokens,
-                            hints=stats.hinted, hints_found=stats.hints_found, model=self.lm.name)
-        tokens = self._timed(res, params, t0, result, None if timeout is None else t0 + timeout)
-        return GenerationStream(stream_text(self.lm.tokenizer, tokens, params), result)
+        req = self.plan(prompt, hints=hints, method=method, chat=chat, arrived=t0, **sampling)
+        try:
+            with self._step:
+                first = req.link().start()
+        except BaseException:
+            req.release()
+            raise
+        return GenerationStream(self._deltas(req, first, None if timeout is None else t0 + timeout), req.result)
 
     def generate(self, prompt: str | Messages, **kwargs) -> Generation:
         """Like :meth:`stream`, but returns the finished :class:`Generation`."""
@@ -255,29 +282,23 @@ class RagPic:
             pass
         return s.result
 
-    def _timed(self, res: LinkResult, params: Sampling, t0: float, result: Generation,
-               deadline: float | None = None) -> Iterator[int]:
-        first = True
-        tokens = decode_tokens(self.lm, res.cache, res.logits, res.num_tokens, params)
+    def _deltas(self, req: LinkedRequest, first: str, deadline: float | None) -> Iterator[str]:
+        """The request's text, one step (under the step lock) per token."""
         try:
+            text = first
             while True:
                 if deadline is not None and time.perf_counter() > deadline:
                     raise GenerationTimeout(
-                        f"the call ran past its timeout of {deadline - t0:g} s after {len(result.token_ids)} "
-                        f"of up to {params.max_new_tokens} tokens: raise timeout or lower max_new_tokens")
+                        f"the call ran past its timeout of {deadline - req.arrived:g} s after "
+                        f"{max(0, req.decoder.count - 1)} of up to {req.sampling.max_new_tokens} tokens: raise "
+                        f"timeout or lower max_new_tokens")
+                yield text
+                if req.done:
+                    return
                 with self._step:
-                    tok = next(tokens, None)
-                if tok is None:
-                    break
-                if first:
-                    result.ttft_s = time.perf_counter() - t0
-                    first = False
-                yield tok
-            if first:  # EOS straight away: the (empty) answer was known at that point
-                result.ttft_s = time.perf_counter() - t0
+                    text = req.step()
         finally:  # finished, failed or abandoned: the next request reuses the cache's memory
-            tokens.close()
-            self._pool.release(res.cache)
+            req.release()
 
 
 def check_engine(engine: object, owner: str) -> RagPic:

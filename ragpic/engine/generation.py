@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ragpic.core.decode import TextDelta
 
 __all__ = ["Generation", "GenerationStream", "MatchStats"]
 
@@ -22,6 +21,7 @@ class MatchStats:
         hints_found: how many of them were found in the prompt text (fewer: a warning is logged).
         cached_tokens: prompt tokens inside chunks whose KV came from the store.
         compiled_tokens: prompt tokens inside chunks compiled during this call.
+        fresh: indices of the segments whose KV was compiled during this call.
     """
 
     matched: int = 0
@@ -31,19 +31,25 @@ class MatchStats:
     hints_found: int = 0
     cached_tokens: int = 0
     compiled_tokens: int = 0
+    fresh: set[int] = field(default_factory=set)
 
 
 @dataclass(slots=True)
 class Generation:
     """One answer and how it was produced.
 
-    ``ttft_s`` runs from the call to the first generated token: segmenting, loading KV,
-    compiling misses, linking and picking the token. ``link_s`` is the link forward alone.
-    ``recomputed_tokens`` of ``prompt_tokens`` went through the model at link; the rest
-    came from compiled KV. ``cached_tokens`` of the prompt sit in chunks whose KV came from
-    the store (what OpenAI-style usage calls cached tokens; LegoLink still recomputes the first
-    k of each), ``compiled_tokens`` in chunks compiled on the fly for this call. ``hints`` /
-    ``hints_found``: retrieval hints given / found in the prompt text.
+    Every count is computed in one place, :func:`ragpic.engine.request.token_counts`, and means
+    the same from ``RagPic.generate``, the framework classes and ``ragpic serve``
+    (docs/ARCHITECTURE.md §3, *Counts*). ``ttft_s`` runs from the call (the server: the
+    request's arrival) to the first generated token: segmenting, loading KV, compiling misses,
+    linking and picking the token. ``link_s`` is the link forward alone. ``recomputed_tokens``
+    of ``prompt_tokens`` are the distinct positions the link computed; ``link_rows`` the rows
+    it forwarded (its cost: ``qr`` forwards a row of both passes twice). ``cached_tokens``: the
+    positions inside chunks read from the store whose compiled KV the link kept (what
+    OpenAI-style usage calls cached tokens: their prefill was skipped); ``compiled_tokens``:
+    tokens of chunks compiled on the fly for this call. So ``cached + recomputed <= prompt``,
+    the rest being chunk tokens compiled now and not recomputed. ``hints`` / ``hints_found``:
+    retrieval hints given / found in the prompt text.
     """
 
     text: str = ""
@@ -54,6 +60,7 @@ class Generation:
     link_s: float = 0.0
     prompt_tokens: int = 0
     recomputed_tokens: int = 0
+    link_rows: int = 0
     chunks_matched: int = 0
     chunks_loaded: int = 0
     chunks_compiled: int = 0
@@ -78,15 +85,11 @@ class Generation:
 class GenerationStream:
     """Iterate for text deltas; ``result`` holds the whole :class:`Generation` once done."""
 
-    def __init__(self, deltas: Iterator[TextDelta], result: Generation):
+    def __init__(self, deltas: Iterator[str], result: Generation):
         self._deltas = deltas
         self.result = result
 
     def __iter__(self) -> Iterator[str]:
-        for d in self._deltas:
-            self.result.text += d.text
-            self.result.token_ids = d.token_ids
-            if d.finish_reason:
-                self.result.finish_reason = d.finish_reason
-            if d.text:
-                yield d.text
+        for text in self._deltas:
+            if text:
+                yield text

@@ -46,7 +46,8 @@ def match_chunks(text: str, hints: Sequence[str] | None, catalog: Callable[[], I
 def build_segments(tokenizer, text: str, matches: Sequence[Match], keys: dict[str, str],
                    kvs: dict[str, ChunkKV], from_store: set[str], stats: MatchStats) -> list[Segment]:
     """Pieces of ``text`` in order; a matched piece whose key has KV in ``kvs`` is a chunk
-    segment (its tokens counted in ``stats`` as from the store or compiled now), every other
+    segment (its tokens counted in ``stats`` as from the store or compiled now, the latter's
+    index in ``stats.fresh``), every other
     piece is text tokenized on its own."""
     segs: list[Segment] = []
     for piece, is_chunk in split_prompt(text, matches):
@@ -59,4 +60,5 @@ def build_segments(tokenizer, text: str, matches: Sequence[Match], keys: dict[st
             stats.cached_tokens += kv.num_tokens
         else:
             stats.compiled_tokens += kv.num_tokens
+            stats.fresh.add(len(segs) - 1)
     return segs

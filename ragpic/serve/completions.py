@@ -18,11 +18,10 @@ import time
 from fastapi import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from ragpic.core.methods import parse_method
 from ragpic.errors import ContextOverflowError, RagPicError, StoreError
 from ragpic.serve.bodies import BadRequest, Parsed, parse_body, quote
 from ragpic.serve.context_cache import namespace_of, texts_of
-from ragpic.serve.job import GenJob
+from ragpic.serve.job import Delta, Done, Failed, GenJob
 from ragpic.serve.reading import read_json
 from ragpic.serve.responses import DONE, Reply, error_response, finish_reason
 from ragpic.errors import ClientGone, QueueFull, ShuttingDown
@@ -93,8 +92,7 @@ class Completions:
             raise BadRequest(f"model {quote(p.model)} is not served here: use {self.model_ids[0]!r} "
                              f"(GET /v1/models)", status=404, param="model", code="model_not_found")
         try:
-            if p.method is not None:
-                parse_method(p.method)
+            method = self.engine.method_of(p.method) if p.method is not None else None  # parsed here, once
             self.engine.sampling(**p.sampling)  # checks every value (ConfigError -> 400)
         except ValueError as exc:
             raise BadRequest(str(exc).replace("max_new_tokens", p.max_tokens_field)[:MAX_MESSAGE],
@@ -104,7 +102,7 @@ class Completions:
         if chars > limit * CHARS_PER_TOKEN_MAX:
             raise ContextOverflowError(f"the prompt has {chars} characters, more than {limit} tokens can hold")
         hints = list(p.hints) + (await self._cached_texts(namespace, p.cache_ids) if p.cache_ids else [])
-        return GenJob(messages=p.messages, prompt=p.prompt, sampling=p.sampling, method=p.method,
+        return GenJob(messages=p.messages, prompt=p.prompt, sampling=p.sampling, method=method,
                       hints=hints or None, arrived=time.perf_counter(), tenant=self.tenants.view(namespace)).bind()
 
     async def _cached_texts(self, namespace: str, ids: list[str]) -> list[str]:
@@ -131,9 +129,9 @@ class Completions:
         watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
         streaming = False
         try:
-            kind, payload = await job.next_event()
-            if kind == "error":
-                return error_of(payload, p.max_tokens_field)
+            event = await job.next_event()
+            if isinstance(event, Failed):
+                return error_of(event.error, p.max_tokens_field)
             if p.stream:
                 streaming = True
                 return StreamingResponse(self._sse(job, reply, p.include_usage, watcher),
@@ -145,34 +143,31 @@ class Completions:
                 job.cancelled = True  # done, failed, or the handler was cancelled: stop decoding
 
     async def _whole(self, job: GenJob, reply: Reply, field: str):
-        text = []
         while True:
-            kind, payload = await job.next_event()
-            if kind == "delta":
-                text.append(payload)
-            elif kind == "error":
-                return error_of(payload, field)
-            else:
-                payload.text = "".join(text)
-                return JSONResponse(reply.whole(payload))
+            event = await job.next_event()
+            if isinstance(event, Failed):
+                return error_of(event.error, field)
+            if isinstance(event, Done):  # its text is the deltas', joined by the request itself
+                return JSONResponse(reply.whole(event.generation))
 
     async def _sse(self, job: GenJob, reply: Reply, include_usage: bool, watcher: asyncio.Task):
         watcher.cancel()  # Starlette's streaming response watches the connection from here on
         try:
             yield reply.chunk("", first=True)
             while True:
-                kind, payload = await job.next_event()
-                if kind == "delta":
-                    yield reply.chunk(payload)
-                elif kind == "error":  # headers are sent: an error event, then the end
-                    code = "shutting_down" if isinstance(payload, ShuttingDown) else None
-                    error = {"message": str(payload)[:MAX_MESSAGE], "type": "server_error", "param": None, "code": code}
+                event = await job.next_event()
+                if isinstance(event, Delta):
+                    yield reply.chunk(event.text)
+                elif isinstance(event, Failed):  # headers are sent: an error event, then the end
+                    code = "shutting_down" if isinstance(event.error, ShuttingDown) else None
+                    error = {"message": str(event.error)[:MAX_MESSAGE], "type": "server_error", "param": None,
+                             "code": code}
                     yield f"data: {json.dumps({'error': error})}\n\n"
                     break
-                else:
-                    yield reply.chunk(None, reason=finish_reason(payload))
+                elif isinstance(event, Done):
+                    yield reply.chunk(None, reason=finish_reason(event.generation))
                     if include_usage:
-                        yield reply.usage_chunk(payload)
+                        yield reply.usage_chunk(event.generation)
                     break
             yield DONE
         finally:
@@ -185,4 +180,4 @@ async def _cancel_on_disconnect(request: Request, job: GenJob) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
     job.cancelled = True
-    job.send("error", ClientGone("the client went away"))
+    job.send(Failed(ClientGone("the client went away")))

@@ -19,10 +19,10 @@ import asyncio
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse
 
-from ragpic.core.methods import parse_method, recipe_dummies
-from ragpic.errors import ClientGone
+from ragpic.engine.compile_plan import plan_compile
+from ragpic.engine.compiling import tokenized
+from ragpic.errors import ChunkError, ClientGone
 from ragpic.serve.bodies import BadRequest, quote
-from ragpic.serve.compiling import tokenized
 from ragpic.serve.tenants import Tenants
 
 __all__ = ["add_cache_routes", "namespace_of", "texts_of"]
@@ -66,26 +66,18 @@ async def _watch(request: Request, caller: _Caller) -> None:
 
 
 def _compile(engine, sched, texts: list[str], method: str | None, max_tokens: int | None, caller) -> list[dict]:
-    """On a worker thread: check, compile what is new in pieces on the scheduler (between
-    decode steps, docs/SERVING.md, *The turn*), and describe every text."""
-    counts = [engine.count_tokens(t) for t in texts]
-    _bound(counts, max_tokens)
-    m = parse_method(method or engine.config.method)
-    room = engine.context_window - recipe_dummies(m.recipe)
-    for i, (t, n) in enumerate(zip(texts, counts)):
-        if not t.strip() or n < engine.config.min_chunk_tokens:
-            raise BadRequest(f"texts[{i}] has {n} tokens, fewer than min_chunk_tokens="
-                             f"{engine.config.min_chunk_tokens}: such short texts are never cached or matched",
-                             param=f"texts[{i}]")
-        if n > room:
-            raise BadRequest(f"texts[{i}] has {n} tokens, more than the model's window allows ({room}): "
-                             f"split it", param=f"texts[{i}]")
-    keys = [engine.chunk_key(t, m) for t in texts]
-    before = engine.store.contains_many(keys, texts=texts)  # also re-catalogues stored, uncatalogued chunks
-    todo = list(dict.fromkeys((k, t) for k, t, hit in zip(keys, texts, before) if not hit))
-    sched.compile(tokenized(engine, todo), m, caller)
+    """On a worker thread: check (the rules of ``RagPic.compile``: :func:`plan_compile`), compile
+    what is new in pieces on the scheduler (between decode steps, docs/SERVING.md, *The turn*),
+    and describe every text."""
+    m = engine.method_of(method)  # parsed here, once
+    _bound([engine.count_tokens(t) for t in texts], max_tokens)
+    try:
+        plan = plan_compile(engine, texts, m, refuse_short=True)  # a text named explicitly is never skipped
+    except ChunkError as e:
+        raise BadRequest(str(e), param=f"texts[{e.index}]" if e.index is not None else "texts") from None
+    sched.compile(tokenized(engine, plan.todo), m, caller)
     return [{"id": k, "object": "context_cache", "tokens": n, "compiled": not hit}
-            for k, n, hit in zip(keys, counts, before)]
+            for k, n, hit in zip(plan.keys, plan.tokens, plan.stored)]
 
 
 def namespace_of(request: Request) -> str:

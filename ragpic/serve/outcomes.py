@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ragpic.serve.job import GenJob
+from ragpic.serve.job import Done, Failed, GenJob
 from ragpic.errors import BadRequest, QueueFull, ShuttingDown
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.running import Running
@@ -32,14 +32,14 @@ def count_link(m: Metrics, run: Running) -> None:
     m.inc("prompt_tokens", g.prompt_tokens)
     m.inc("cached_tokens", g.cached_tokens)
     m.inc("recomputed_tokens", g.recomputed_tokens)
-    m.inc("link_rows", run.link_rows)
+    m.inc("link_rows", g.link_rows)
 
 
 def finished(m: Metrics, run: Running) -> None:
     m.observe("ttft", run.result.ttft_s)
     m.inc("generated_tokens", len(run.result.token_ids))
     m.inc("requests", outcome="ok")
-    run.job.send("done", run.result)
+    run.job.send(Done(run.result))
 
 
 def failed(m: Metrics, job: GenJob, exc: Exception, *, where: str) -> None:
@@ -47,14 +47,14 @@ def failed(m: Metrics, job: GenJob, exc: Exception, *, where: str) -> None:
     if not bad_request:
         log.exception("request failed in %s", where)
     m.inc("requests", outcome="bad_request" if bad_request else "error")
-    job.send("error", exc)
+    job.send(Failed(exc))
 
 
 def dropped(m: Metrics, job: GenJob, aborted: ShuttingDown | None) -> None:
     """A job ended before its answer: its client left (cancelled), or the grace ran out."""
     if aborted is not None and not job.cancelled:
         m.inc("requests", outcome="shutdown")
-        job.send("error", aborted)
+        job.send(Failed(aborted))
     else:
         m.inc("requests", outcome="cancelled")
 

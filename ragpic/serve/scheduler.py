@@ -22,9 +22,8 @@ import threading
 
 import torch
 
-from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.errors import BadRequest
-from ragpic.serve.compiling import CompileWork, store_pieces, tokenized
+from ragpic.engine.compiling import CompileWork, store_pieces, tokenized
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.outcomes import QueueFull, ShuttingDown, failed, wait_idle
@@ -60,9 +59,9 @@ class Scheduler:
         self.max_prompt_tokens = max_prompt_tokens or engine.context_window
         self.max_kv_rows = max_kv_rows or max_batch * engine.context_window
         self.metrics = metrics or Metrics()
-        self.pool = SlabPool(max_idle=max_batch)  # the running requests' cache memory, reused
+        self.pool = engine.cache_pool(max_idle=max_batch)  # the running requests' cache memory, reused
         self._waiting: collections.deque[GenJob] = collections.deque()  # being matched, then ready (job.plan)
-        self.worker = Worker(engine, self.pool, self.metrics)  # what the model thread holds and runs
+        self.worker = Worker(engine, self.metrics)  # what the model thread holds and runs
         self._wake = threading.Condition()
         self._stop = self._draining = False
         self._abort: ShuttingDown | None = None  # set by abort(): the next turn drops everything with it
@@ -99,6 +98,8 @@ class Scheduler:
         decode steps and store each piece as it finishes; ``key -> KV`` (as a read of its entry
         returns it) of what was stored (all, unless ``owner.cancelled`` cut it short). ``fresh``
         (a new request): refused while draining."""
+        if not todo:  # nothing to compile: never queued, so nothing is counted or left behind
+            return {}
         work = CompileWork(todo, method, self.link_piece, self.engine.store, owner)
         with self._wake:
             if fresh and self._draining:
@@ -147,11 +148,12 @@ class Scheduler:
             compile_missing = lambda missing, method: self._compile_missing(job, missing, method)  # noqa: E731
             plan = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece,
                          mine=job.tenant.owns if job.tenant else None, compile_missing=compile_missing)
-            rows = plan.link.num_tokens + plan.link.extra_capacity
+            rows, n = plan.req.kv_rows, plan.req.num_tokens
             if rows > self.max_kv_rows:
-                field = "max_tokens" if plan.link.num_tokens <= self.max_kv_rows else "messages"
-                raise BadRequest(f"the prompt ({plan.link.num_tokens} tokens) and max_tokens "
-                                 f"({plan.link.extra_capacity}) need {rows} KV rows, more than this server's budget "
+                plan.req.release()
+                field = "max_tokens" if n <= self.max_kv_rows else "messages"
+                raise BadRequest(f"the prompt ({n} tokens) and max_tokens "
+                                 f"({rows - n}) need {rows} KV rows, more than this server's budget "
                                  f"of {self.max_kv_rows} (--max-kv-rows)", status=413, param=field,
                                  code="kv_budget_exceeded")
         except Exception as exc:
@@ -208,20 +210,20 @@ class Scheduler:
         waiting = []
         for j in self._waiting:
             items[id(j)] = j
-            link = j.plan.link if j.plan is not None else None
-            waiting.append(Request(id(j), ready=False, cancelled=j.cancelled) if link is None else
-                           Request(id(j), link.num_tokens + link.extra_capacity, link.pieces, link.piece_rows,
+            req = j.plan.req if j.plan is not None else None
+            waiting.append(Request(id(j), ready=False, cancelled=j.cancelled) if req is None else
+                           Request(id(j), req.kv_rows, req.linker.pieces, req.linker.piece_rows,
                                    cancelled=j.cancelled))
         linking = None
         if self.worker.linking is not None:
-            ln = self.worker.linking.link
-            items[id(self.worker.linking)] = self.worker.linking
-            linking = Work(id(self.worker.linking), ln.pieces - ln.done_pieces, ln.piece_rows,
-                           ln.num_tokens + ln.extra_capacity, self.worker.linking.job.cancelled)
+            run = self.worker.linking
+            items[id(run)] = run
+            ln = run.req.linker
+            linking = Work(id(run), ln.pieces - ln.done_pieces, ln.piece_rows, run.req.kv_rows, run.job.cancelled)
         items.update({id(w): w for w in self.worker.compiles})
         items.update({id(r): r for r in self.worker.running})
         compiles = tuple(Work(id(w), w.pieces_left, w.next_rows, 0, w.cancelled) for w in self.worker.compiles)
-        running = tuple(Decoding(id(r), r.bufs.prompt_len + r.params.max_new_tokens, r.job.cancelled)
+        running = tuple(Decoding(id(r), r.req.kv_rows, r.job.cancelled)
                         for r in self.worker.running)
         return State(Limits(self.max_batch, self.max_kv_rows), tuple(waiting), linking, compiles, running,
                      self._last_piece, abort), items

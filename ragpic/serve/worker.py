@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 
-from ragpic.core.ops.linked_cache import SlabPool
-from ragpic.serve.compiling import CompileWork
+from ragpic.engine.compiling import CompileWork
 from ragpic.serve.job import GenJob
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.outcomes import ShuttingDown, count_link, dropped, failed, finished
 from ragpic.serve.policy import Turn
-from ragpic.serve.running import Linking, Running, start, step
+from ragpic.serve.running import Running, start, step
 
 __all__ = ["Worker"]
 
@@ -28,9 +27,9 @@ class Worker:
     """The work on the model thread. ``linking``: the one request being linked (it holds a
     batch slot); ``running``: the requests decoding; ``compiles``: compiles with pieces left."""
 
-    def __init__(self, engine, pool: SlabPool, metrics: Metrics):
-        self.engine, self.pool, self.metrics = engine, pool, metrics
-        self.linking: Linking | None = None
+    def __init__(self, engine, metrics: Metrics):
+        self.engine, self.metrics = engine, metrics
+        self.linking: Running | None = None
         self.running: list[Running] = []
         self.compiles: list[CompileWork] = []
         self.batching = True  # off for good if the model's attention ignores batched steps
@@ -55,12 +54,12 @@ class Worker:
             self.metrics.inc("compiles", outcome="shutdown" if aborted else "cancelled")
             item.end(aborted if aborted is not None and not item.cancelled else None)
             return
-        if isinstance(item, Linking):
-            self.linking = None
-            item.link.abandon()
-        elif isinstance(item, Running):
-            self.running.remove(item)
-            self._release(item)
+        if isinstance(item, Running):
+            if item is self.linking:
+                self.linking = None
+            else:
+                self.running.remove(item)
+            item.req.release()
         dropped(self.metrics, item if isinstance(item, GenJob) else item.job, aborted)
 
     def _compile_piece(self, work: CompileWork) -> None:
@@ -74,17 +73,15 @@ class Worker:
 
     def _link_piece(self) -> None:
         # self.linking stays set until the link ends: it holds a batch slot (admission counts it)
-        linking = self.linking
+        run = self.linking
         try:
-            if not linking.link.advance():
+            if not run.req.link_piece():
                 return
-            run = start(self.engine, linking)
+            start(run)
         except Exception as exc:
             self.linking = None
-            linking.link.abandon()
-            if linking.link.result is not None:  # linked, but no running request took the cache
-                self.pool.release(linking.link.result.cache)
-            failed(self.metrics, linking.job, exc, where="link")
+            run.req.release()
+            failed(self.metrics, run.job, exc, where="link")
             return
         count_link(self.metrics, run)
         if run.done:  # finished at its first token
@@ -115,15 +112,13 @@ class Worker:
                 self._release(r)
 
     def _release(self, run: Running) -> None:
-        if run.cache is not None:
-            self.pool.release(run.cache)
-            run.cache = None
+        run.req.release()
 
     def close(self) -> None:
         """The thread is stopping: give back every cache, end every compile."""
         for r in self.running:
             self._release(r)
         if self.linking is not None:
-            self.linking.link.abandon()
+            self.linking.req.release()
         for w in self.compiles:
             w.end(ShuttingDown("the server stopped"))

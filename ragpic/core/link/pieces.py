@@ -118,7 +118,7 @@ class ChunkedLink:
             return False
         self._cache.length = n
         self.result = LinkResult(logits=logits, cache=self._cache, num_tokens=n, recomputed=int(forwarded),
-                                 seconds=self._seconds)
+                                 seconds=self._seconds, rows=self._rec)
         self._cache = None
         return True
 

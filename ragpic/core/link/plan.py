@@ -36,8 +36,10 @@ class LinkResult:
         logits: ``(V,)`` fp32 logits of the last prompt token.
         cache: KV of all ``num_tokens`` prompt rows, with ``extra_capacity`` rows free.
         recomputed: how many prompt rows went through the model at link (``qr``: both passes
-            counted, so a row recomputed twice counts twice).
+            counted, so a row recomputed twice counts twice): the link's cost.
         seconds: wall time of the link (device-synchronised).
+        rows: ``(num_tokens,)`` bool on the CPU, the prompt positions whose KV the link wrote
+            fresh (every other row's KV is the compiled one): what the token counts read.
     """
 
     logits: torch.Tensor
@@ -45,6 +47,7 @@ class LinkResult:
     num_tokens: int
     recomputed: int
     seconds: float
+    rows: torch.Tensor | None = None
 
 
 class Linker:

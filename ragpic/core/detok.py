@@ -1,18 +1,32 @@
-"""Token ids -> text deltas, one id pushed at a time (the scheduler decodes many requests).
+"""Token ids -> text deltas, one id pushed at a time: the one detokenizer (engine and server).
 
-The same rules as :func:`ragpic.core.decode.stream_text`: the whole id list is decoded
-each time (multi-byte characters and merges come out right), an incomplete UTF-8 tail waits
-for the next id, no part of a stop string is ever emitted, and text that might begin one is
-held back until it cannot.
+The whole id list is decoded each time (multi-byte characters and merges come out right), an
+incomplete UTF-8 tail waits for the next id, no part of a stop string is ever emitted, and text
+that might begin one is held back until it cannot. Ids are never re-tokenized (DESIGN §3).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragpic.core.decode import held_back, stop_hit  # one stop-string rule for both paths
+__all__ = ["Detokenizer", "held_back", "stop_hit"]
 
-__all__ = ["Detokenizer"]
+
+def stop_hit(text: str, stops: Sequence[str]) -> int:
+    """Index where the earliest stop string starts in ``text``, or -1."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else -1
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """How many trailing chars might be the start of a stop string (not safe to emit yet)."""
+    hold = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                hold = max(hold, n)
+                break
+    return hold
 
 
 class Detokenizer:
@@ -48,6 +62,8 @@ class Detokenizer:
 
     def flush(self) -> str:
         """What is still held back, at the end of a generation that did not stop on a string."""
+        if not self.ids:
+            return ""
         text = self._decode()
         out, self._emitted = text[self._emitted:], len(text)
         return out

@@ -1,0 +1,78 @@
+"""What a compile of chunk texts will do, decided once for ``RagPic.compile`` and the server.
+
+:func:`plan_compile` applies the rules every compile obeys (docs/ARCHITECTURE.md §3): a text is
+compiled exactly as it will appear in prompts, an empty one is refused, one shorter than
+``min_chunk_tokens`` is never cached or matched (skipped, or refused where the caller named it
+explicitly: the server's ``/v1/context_cache``), one longer than the model's window (less the
+recipe's dummy rows) is refused, a text already stored is not compiled again, and a text given
+twice is compiled once. Errors are :class:`ChunkError` with ``index`` = the text's place in the
+caller's list, so every entry point names the same chunk the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ragpic.checks import check_texts
+from ragpic.core.methods import Method, recipe_dummies
+from ragpic.errors import ChunkError
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
+
+__all__ = ["CompilePlan", "plan_compile"]
+
+
+@dataclass(slots=True)
+class CompilePlan:
+    """A compile, planned.
+
+    Attributes:
+        texts: the caller's texts, in order (repeats kept).
+        keys: the store key of each (the server's context-cache id).
+        tokens: the token count of each.
+        stored: whether each was stored before this compile.
+        todo: ``(key, text)`` of every distinct text to compile now, in first-seen order.
+        skipped: indices of texts too short to cache (never compiled; empty when refused).
+    """
+
+    texts: list[str]
+    keys: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    stored: list[bool] = field(default_factory=list)
+    todo: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+
+
+def plan_compile(engine: "RagPic", texts: Sequence[str], method: Method, *, refuse_short: bool = False) -> CompilePlan:
+    """Check ``texts`` and find which of them the store lacks (blocking: the store may be remote).
+
+    ``refuse_short``: a text under ``min_chunk_tokens`` raises instead of being skipped.
+    """
+    texts = check_texts("texts", texts)
+    plan = CompilePlan(list(texts))
+    room = engine.context_window - recipe_dummies(method.recipe)
+    minimum = engine.config.min_chunk_tokens
+    for i, t in enumerate(plan.texts):
+        if not t.strip():
+            raise ChunkError(f"texts[{i}] is empty (or whitespace only) and cannot be compiled: drop it "
+                             f"before ingest", i)
+        n = engine.count_tokens(t)
+        if n > room:
+            raise ChunkError(f"texts[{i}] has {n} tokens, more than the model's context window allows ({room}) "
+                             f"[text starts {t[:60]!r}]: split it", i)
+        if n < minimum:
+            if refuse_short:
+                raise ChunkError(f"texts[{i}] has {n} tokens, fewer than min_chunk_tokens={minimum}: such short "
+                                 f"texts are never cached or matched", i)
+            plan.skipped.append(i)
+        plan.tokens.append(n)
+    plan.keys = [engine.chunk_key(t, method) for t in plan.texts]
+    keep = [i for i in range(len(plan.texts)) if i not in set(plan.skipped)]
+    found = engine.store.contains_many([plan.keys[i] for i in keep], texts=[plan.texts[i] for i in keep])
+    stored = dict(zip(keep, found))  # contains_many also re-catalogues stored, uncatalogued chunks
+    plan.stored = [stored.get(i, False) for i in range(len(plan.texts))]
+    plan.todo = list(dict.fromkeys((plan.keys[i], plan.texts[i]) for i in keep if not stored[i]))
+    return plan
