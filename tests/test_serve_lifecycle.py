@@ -59,11 +59,11 @@ def test_shutdown_grace_ends_every_request_cleanly(home):
 
 
 def test_tenants_see_only_their_own_ids(home):
-    (home / "keys.txt").write_text("# namespace key\nalice key-a\nbob key-b\nbob key-b2\n")
+    (home / "keys.txt").write_text("# namespace key\nalice key-a-0123456789abcdef\nbob key-b-0123456789abcdef\nbob key-b2-0123456789abcdef\n")
     s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-tenants"),
                "--api-keys", str(home / "keys.txt"), home=home)
     try:
-        a, b, b2 = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a", "key-b", "key-b2"))
+        a, b, b2 = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a-0123456789abcdef", "key-b-0123456789abcdef", "key-b2-0123456789abcdef"))
         with a, b, b2, s.client(headers=AUTH) as stranger:
             assert stranger.get("/v1/models").status_code == 401
             text = SENTENCES[0]
@@ -96,11 +96,11 @@ def test_tenants_see_only_their_own_ids(home):
 def test_a_prompt_reveals_nothing_another_namespace_stored(home):
     """Bob's prompt holding a text only alice stored: no cached token, no chunk loaded, the same
     answer fields as a text nobody stored; once bob stores it himself, it links from the store."""
-    (home / "keys2.txt").write_text("alice key-a\nbob key-b\n")
+    (home / "keys2.txt").write_text("alice key-a-0123456789abcdef\nbob key-b-0123456789abcdef\n")
     s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-reveal"),
                "--api-keys", str(home / "keys2.txt"), home=home)
     try:
-        a, b = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a", "key-b"))
+        a, b = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a-0123456789abcdef", "key-b-0123456789abcdef"))
         with a, b:
             theirs, nobodys = SENTENCES[1], SENTENCES[2]
             assert a.post("/v1/context_cache", json={"texts": [theirs]}).status_code == 200

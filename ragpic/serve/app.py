@@ -5,7 +5,8 @@ routes (:mod:`.completions`) check each request (every failure a JSON 4xx naming
 hand a job to the scheduler and answer with JSON or an SSE stream. Nothing a request does can
 stop the process: errors become responses, and a client that goes away cancels its job.
 Every route but ``/health`` is behind the API key, the docs routes included (and those are
-off unless ``docs``: they load scripts from a CDN). A request framed twice (Content-Length
+off unless ``docs``: they load scripts from a CDN); ``/health`` answers 503 ``draining`` once
+``app.state.drain()`` ran (the shutdown grace). A request framed twice (Content-Length
 and Transfer-Encoding) is refused: a proxy in front may frame it the other way (smuggling).
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 
 from ragpic.serve.bodies import quote
 from ragpic.serve.completions import Completions, error_of, read_json
@@ -92,6 +93,18 @@ class Guard:
         await self.app(scope, receive, send)
 
 
+def _add_drain(app: FastAPI, sched: Scheduler) -> None:
+    """``app.state.drain()``, called by the server at the first SIGTERM/SIGINT: refuse new work
+    (the scheduler's 503s) and set ``app.state.draining`` (bool), which fails ``/health``."""
+    app.state.draining = False
+
+    def drain() -> None:
+        app.state.draining = True  # kept here: the scheduler's own flag is private
+        sched.drain()
+
+    app.state.drain = drain
+
+
 def create_app(engine, settings: ServeSettings) -> FastAPI:
     """An app serving ``engine``; its scheduler thread starts and stops with the app."""
     metrics = Metrics()
@@ -117,6 +130,7 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
     docs = {} if settings.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="ragpic serve", lifespan=lifespan, **docs)
     app.state.scheduler, app.state.metrics, app.state.engine = sched, metrics, engine
+    _add_drain(app, sched)
 
     app.add_middleware(Guard, tenants=tenants)
 
@@ -130,7 +144,10 @@ def create_app(engine, settings: ServeSettings) -> FastAPI:
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
-        return {"status": "ok", "model": settings.model_id, **sched.gauges()}
+        state = {"model": settings.model_id, **sched.gauges()}
+        if app.state.draining:  # a 503 takes the replica out of a balancer's (or readiness probe's) pool
+            return JSONResponse({"status": "draining", **state}, status_code=503, headers={"Retry-After": "1"})
+        return {"status": "ok", **state}
 
     @app.get("/metrics")
     async def metrics_text():

@@ -29,6 +29,7 @@ _REFUSED_UNLESS_DEFAULT = {"logprobs": (None, False), "top_logprobs": (None, 0),
 ROLES = ("system", "developer", "user", "assistant")  # tool turns need tools, which are refused
 MAX_STOPS = 4  # OpenAI's limit on stop sequences
 SEED_MAX = 2 ** 63 - 1  # OpenAI's seed is an int64; the engine's generator takes a non-negative one
+MAX_TOKENS_CAP = 2 ** 31  # past any model's window; bounds what reaches the engine's arithmetic
 
 
 def quote(value: object, limit: int = 100) -> str:
@@ -116,9 +117,20 @@ def _prompt(body: dict) -> str:
     return prompt
 
 
+def _token_limit(body: dict, name: str) -> int:
+    """``body[name]`` checked: an integer >= 1 and at most :data:`MAX_TOKENS_CAP` (each its own
+    message: a huge valid integer is not told it is below 1)."""
+    value = _int(body, name, 1, float("inf"), "an integer >= 1")
+    if value > MAX_TOKENS_CAP:  # the model's window is checked later, with the prompt's length
+        raise BadRequest(f"{name} {value} is more than any context window this server can hold "
+                         f"({MAX_TOKENS_CAP} tokens): ask for at most the model's context window minus the "
+                         f"prompt's tokens", param=name, code="context_length_exceeded")
+    return value
+
+
 def _max_tokens(body: dict) -> tuple[int | None, str]:
     """The token limit and the field it came from; both fields and different: refused."""
-    given = {name: _int(body, name, 1, 2 ** 31, "an integer >= 1")
+    given = {name: _token_limit(body, name)
              for name in ("max_tokens", "max_completion_tokens") if body.get(name) is not None}
     if len(set(given.values())) > 1:
         raise BadRequest(f"max_tokens ({given['max_tokens']}) and max_completion_tokens "

@@ -5,16 +5,17 @@
   closes a connection whose headers are not complete ``header_timeout`` seconds after it
   opened or after its last response. Body reads are bounded in :mod:`.reading`.
 - **Shutdown grace** (:class:`GracefulServer`): the first SIGTERM/SIGINT keeps the port open
-  and drains: new requests get a JSON 503 with ``Retry-After``, running and waiting ones go
-  on for up to ``grace`` seconds; what is still there then ends cleanly (an SSE error event
-  and ``[DONE]``, or a JSON 503), and only then does uvicorn close the connections. A second
-  signal stops at once (uvicorn's own handling).
+  and drains: new requests (and ``/health``: balancers stop sending) get a JSON 503 with
+  ``Retry-After``, running and waiting ones go on for up to ``grace`` seconds; what is still
+  there then ends cleanly (an SSE error event and ``[DONE]``, or a JSON 503), and only then
+  does uvicorn close the connections. A second signal stops at once (uvicorn's own handling).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -70,11 +71,16 @@ def protocol_with_header_timeout(header_timeout: float) -> type[H11Protocol]:
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn's server with a drain of ``grace`` seconds before it closes anything."""
+    """uvicorn's server with a drain of ``grace`` seconds before it closes anything.
 
-    def __init__(self, config: uvicorn.Config, scheduler: Scheduler, grace: float):
+    ``drain``: called once at the first signal to refuse new work (default ``scheduler.drain``;
+    ``ragpic serve`` passes the app's ``app.state.drain``, which also turns ``/health`` to 503)."""
+
+    def __init__(self, config: uvicorn.Config, scheduler: Scheduler, grace: float,
+                 drain: Callable[[], None] | None = None):
         super().__init__(config)
         self.scheduler, self.grace = scheduler, grace
+        self.drain = drain or scheduler.drain
         self._draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task | None = None
@@ -87,7 +93,7 @@ class GracefulServer(uvicorn.Server):
         if self._draining or self._loop is None:  # a second signal (or not serving yet): stop now
             return super().handle_exit(sig, frame)
         self._draining = True
-        self.scheduler.drain()
+        self.drain()
         self._loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:

@@ -22,25 +22,50 @@ import hashlib
 import threading
 from pathlib import Path
 
+from ragpic.errors import ConfigError
 from ragpic.serve.bodies import BadRequest, quote
 
 __all__ = ["Namespace", "Tenants", "read_keys_file"]
 
 
+MIN_KEY_CHARS = 16  # shorter is guessable, and is likely a namespace label in the key's column
+
+
+def _bad(path, n: int, why: str) -> ConfigError:
+    return ConfigError(f"{path}: line {n}: {why}")
+
+
 def read_keys_file(path: str | Path) -> dict[str, str]:
-    """``key -> namespace`` from a file of ``NAMESPACE KEY`` lines (``#`` comments, blank lines)."""
+    """``key -> namespace`` from a file of ``NAMESPACE KEY`` lines (``#`` comments, blank lines).
+
+    Checked whole before use, so a swapped file (``KEY NAMESPACE``) cannot make namespace
+    labels valid keys: two columns a line, each key once, at least :data:`MIN_KEY_CHARS`
+    characters and no namespace's name. A bad file raises :class:`ConfigError` naming the
+    file and line (it never quotes a key that could be real: only short ones)."""
     keys: dict[str, str] = {}
+    key_line: dict[str, int] = {}
+    namespace_line: dict[str, int] = {}
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise ValueError(f"{path}:{n}: expected 'NAMESPACE KEY', got {len(parts)} fields")
+            raise _bad(path, n, f"expected 'NAMESPACE KEY', got {len(parts)} fields")
         namespace, key = parts
-        if key in keys and keys[key] != namespace:
-            raise ValueError(f"{path}:{n}: a key is listed for two namespaces")
-        keys[key] = namespace
+        if len(key) < MIN_KEY_CHARS:
+            swapped = "; did you swap them?" if len(namespace) >= MIN_KEY_CHARS else ""
+            raise _bad(path, n, f"key {key!r} is shorter than {MIN_KEY_CHARS} characters — lines are "
+                                f"NAMESPACE KEY{swapped} (make keys long and random, e.g. `openssl rand -hex 16`)")
+        if key in key_line:
+            raise _bad(path, n, f"the key of line {key_line[key]} is repeated: give every key its own "
+                                f"line, once (several keys may share a namespace)")
+        keys[key], key_line[key] = namespace, n
+        namespace_line.setdefault(namespace, n)
+    for key, n in key_line.items():
+        if key in namespace_line:
+            raise _bad(path, n, f"its key is also the namespace of line {namespace_line[key]} — lines are "
+                                f"NAMESPACE KEY; did you swap them?")
     return keys
 
 
@@ -56,12 +81,14 @@ class Tenants:
         self._lock = threading.Lock()
 
     def namespace(self, authorization: str | None) -> str | None:
-        """The caller's namespace from its ``Authorization`` header, or None (not allowed)."""
+        """The caller's namespace from its ``Authorization`` header (``Bearer KEY``, the scheme in
+        any case), or None (not allowed)."""
         if not self.keys:
             return ""
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, credentials = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 7235 section 2.1)
             return None
-        return self.keys.get(authorization[7:])
+        return self.keys.get(credentials.lstrip(" "))
 
     def _id(self, namespace: str, key: str) -> str:
         return "cc-" + hashlib.sha256(f"{namespace}\0{key}".encode()).hexdigest()[:48]
