@@ -23,7 +23,7 @@ With ``--link 4128,8192`` it also times the whole `legolink-16` link on the embe
 (the bench prompt) with the key-block pass on and off (``LoadedModel.key_blocks``),
 interleaved, and reports the largest logit difference between the two.
 
-    python benchmarks/attention_kernels.py --repeats 21 --flex --link 4128,8192 --json docs/attention_kernels.json
+    python benchmarks/attention_kernels.py --repeats 21 --flex --link 4128,8192 --json docs/results/attention_kernels.json
 """
 
 from __future__ import annotations

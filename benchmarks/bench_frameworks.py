@@ -1,6 +1,6 @@
 """TTFT through the frameworks: a LlamaIndex query engine and a LangChain LCEL chain.
 
-    python benchmarks/bench_frameworks.py --threads 2 --repeats 3 --json docs/bench_frameworks.json
+    python benchmarks/bench_frameworks.py --threads 2 --repeats 3 --json docs/results/bench_frameworks.json
         [--model M]   # any model ragpic loads (default: the embedded SmolLM2-135M)
 
 Corpus: every full-length passage of the first ``--questions`` MuSiQue items (the shared

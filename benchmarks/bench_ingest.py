@@ -12,7 +12,7 @@ lengths differ as real chunks do). Measured side by side on the same token ids, 
 - ``ingest``: ``RagPic.compile`` end to end into a fresh folder store (tokenize, compile,
   store, index), with the store write's share of it.
 
-    python benchmarks/bench_ingest.py --chunks 16 --repeats 3 --threads 2 --json docs/bench_ingest.json
+    python benchmarks/bench_ingest.py --chunks 16 --repeats 3 --threads 2 --json docs/results/bench_ingest.json
 """
 
 from __future__ import annotations

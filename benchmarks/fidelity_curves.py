@@ -1,8 +1,8 @@
 """One model's fidelity against speed: accuracy ratio to ``full`` vs link speed-up, per method.
 
     python benchmarks/fidelity_curves.py --model "Qwen2.5-Coder-0.5B" \\
-        --needle docs/needle_qwen05b.json,docs/needle_qwen05b_8k.json --musique docs/eval_qwen05b.json \\
-        --ruler docs/ruler_qwen05b_4k.json,docs/ruler_qp_qwen05b_4k.json --out docs/fidelity_qwen05b.png
+        --needle docs/results/needle_qwen05b.json,docs/results/needle_qwen05b_8k.json --musique docs/results/eval_qwen05b.json \\
+        --ruler docs/results/ruler_qwen05b_4k.json,docs/results/ruler_qp_qwen05b_4k.json --out docs/results/fidelity_qwen05b.png
 
 Reads the runs' own figures (``ragpic eval needle``, ``ragpic eval``, ``ragpic eval ruler``
 JSON; several needle runs of one model add their cells up, their speed-ups are averaged

@@ -1,10 +1,10 @@
 """Fidelity vs speed-up of every link method, from the JSON of ``ragpic eval`` and ``ragpic eval needle``.
 
-    python benchmarks/pareto.py --eval docs/eval_qr.json --needle docs/needle_qr.json --out docs/pareto.png
+    python benchmarks/pareto.py --eval docs/results/eval_qr.json --needle docs/results/needle_qr.json --out docs/results/pareto.png
 
 Reads the runs' own figures (TF KL with its bootstrap interval, needle hits where ``full``
 hits, and each method's median link time relative to ``full`` in the same run); draws
-docs/pareto.png and prints the points.
+docs/results/pareto.png and prints the points.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ same request sequence: an in-process LRU of the same capacity (what the folder's
 match) and the static top-k of the popularity distribution (the best a cache that keeps a
 fixed set can do on independent Zipf requests).
 
-    python benchmarks/sim_eviction.py --corpus 400 --requests 4000 --json docs/sim_eviction.json
+    python benchmarks/sim_eviction.py --corpus 400 --requests 4000 --json docs/results/sim_eviction.json
 """
 
 from __future__ import annotations

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from ragpic.checks import check_int, check_number
 from ragpic.core.methods import parse_method
 from ragpic.errors import ConfigError
+from ragpic.paths import cache_dir, kv_folder  # re-exported: ragpic.kv_folder, ragpic.config.cache_dir
 
 __all__ = ["Config", "cache_dir", "kv_folder"]
 
@@ -86,16 +85,3 @@ class Config:
         check_number("temperature", self.temperature, "a number >= 0 (0 is greedy)", lambda v: v >= 0)
         check_number("top_p", self.top_p, "a number in (0, 1]", lambda v: 0 < v <= 1)
 
-
-def cache_dir() -> Path:
-    """Where ragpic keeps converted models and demo indexes: ``$RAGPIC_HOME`` or ``~/.cache/ragpic``."""
-    root = os.environ.get("RAGPIC_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ragpic"
-    )
-    return Path(root)
-
-
-def kv_folder(index_folder: str | os.PathLike) -> str:
-    """Where the compiled KV of the vector index persisted in ``index_folder`` lives:
-    ``index_folder/kv``. Use it as ``Config(store=kv_folder(folder))``."""
-    return str(Path(index_folder) / "kv")

@@ -1,7 +1,9 @@
 """The package's layers, checked from its source: imports flow adapters -> engine -> core.
 
 Every import is counted, including those inside functions and under ``TYPE_CHECKING``: a
-function-level import is still a dependency, and is how cycles used to hide.
+function-level import is still a dependency, and is how cycles used to hide. So is what a
+package's ``__init__.py`` imports: importing ``ragpic.x.y`` runs ``ragpic/x/__init__.py``
+first, so its imports count as the importer's too (:func:`effective_graph`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "ragpic"
 
 # module prefix -> the ragpic modules it may import (a prefix covers its sub-modules).
-# Anything not listed (cli, demo, server and other adapters) may import any layer, and no
-# layer below may import it.
+# Anything not listed (ragpic.cli, ragpic.demo and other adapters) may import any layer,
+# except what FORBIDDEN names; no layer below may import it.
 ALLOWED = {
     "ragpic.errors": (),
+    "ragpic.paths": (),  # where files live: the bottom, stdlib only
     "ragpic.checks": ("ragpic.errors",),
     "ragpic.core.ops": ("ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.methods": ("ragpic.errors",),
@@ -33,8 +36,10 @@ ALLOWED = {
     "ragpic.core.decode": ("ragpic.core.forward", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks",
                            "ragpic.errors"),
     "ragpic.core.link": ("ragpic.core", "ragpic.errors"),
-    "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.config"),
-    "ragpic.config": ("ragpic.core.methods", "ragpic.errors", "ragpic.checks"),
+    "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.paths"),
+    "ragpic.config": ("ragpic.paths", "ragpic.core.methods", "ragpic.errors", "ragpic.checks"),
+    # the argument types, parser and exit codes of both command lines (ragpic.cli, ragpic.demo)
+    "ragpic.cmdline": ("ragpic.core.methods", "ragpic.core.gguf", "ragpic.errors"),
     # inside the cache, layers flow tools -> store -> backends -> format (ARCHITECTURE §2)
     "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.kv", "ragpic.core.methods",
                             "ragpic.errors"),
@@ -49,17 +54,34 @@ ALLOWED = {
                                  "ragpic.engine.prompting"),
     "ragpic.engine": ("ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.errors",
                       "ragpic.checks"),
-    "ragpic.eval": ("ragpic.eval", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.errors", "ragpic.checks"),
+    # the evaluations and the server run the engine's request; of the core they name types only
+    # (test_serve_and_eval_take_only_types_from_the_core)
+    "ragpic.eval": ("ragpic.eval", "ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.paths",
+                    "ragpic.errors", "ragpic.checks"),
     "ragpic.retriever_hooks": ("ragpic.retriever_hooks", "ragpic.engine", "ragpic.config", "ragpic.errors",
                                "ragpic.checks"),
     "ragpic.llm": ("ragpic.llm", "ragpic.engine", "ragpic.retriever_hooks", "ragpic.config", "ragpic.errors",
                    "ragpic.checks"),
-    "ragpic.models": ("ragpic.models", "ragpic.core.gguf", "ragpic.config", "ragpic.errors"),
-    "ragpic.serve": ("ragpic.serve", "ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config",
+    "ragpic.models": ("ragpic.models", "ragpic.core.gguf", "ragpic.paths", "ragpic.errors"),
+    "ragpic.serve": ("ragpic.serve", "ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.paths",
                      "ragpic.errors", "ragpic.checks"),
 }
 # Top-level ``ragpic/__init__.py`` re-exports the public names.
 ALLOWED_TOP = ("ragpic.config", "ragpic.engine", "ragpic.errors")
+
+_ADAPTERS = ("ragpic.cli", "ragpic.demo", "ragpic.serve", "ragpic.engine", "ragpic.eval", "ragpic.llm",
+             "ragpic.retriever_hooks")
+# module prefix -> ragpic modules it may never import; every matching prefix applies. For the
+# open adapters (ragpic.cli may import anything, so it has no entry) and as a second guard on
+# the floors below them, whatever their ALLOWED rows say.
+FORBIDDEN = {
+    "ragpic.demo": ("ragpic.cli", "ragpic.serve", "ragpic.eval"),
+    "ragpic.cmdline": ("ragpic.cli", "ragpic.demo"),
+    "ragpic.core": _ADAPTERS + ("ragpic.config",),
+    "ragpic.cache": _ADAPTERS,
+    "ragpic.config": _ADAPTERS,
+    "ragpic.paths": _ADAPTERS,
+}
 
 
 def module_name(path: Path) -> str:
@@ -100,6 +122,28 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(name, path, known) for name, path in mods.items()}
 
 
+def parents(name: str) -> list[str]:
+    """The packages whose ``__init__`` runs before ``name`` (not ``ragpic`` itself: its public
+    names are lazy, and what it may import is ALLOWED_TOP)."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
+
+
+def effective_graph(g: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """Each module's imports plus what the ``__init__`` of each target's parent packages imports.
+
+    A module's own packages are left out (importing it runs them whoever imports it, and they
+    answer to their own rule); so is the module itself when a parent imports it back.
+    """
+    g = graph() if g is None else g
+    out = {}
+    for name, targets in g.items():
+        own = set(parents(name)) | {name}
+        extra = {x for t in targets for p in parents(t) if p not in own and p in g for x in g[p]}
+        out[name] = targets | {x for x in extra if x not in own}
+    return out
+
+
 def rule_for(name: str) -> tuple[str, ...] | None:
     if name == "ragpic":
         return ALLOWED_TOP
@@ -113,7 +157,7 @@ def _covered(target: str, allowed: tuple[str, ...]) -> bool:
 
 def test_every_import_respects_the_layers():
     bad = []
-    for name, targets in sorted(graph().items()):
+    for name, targets in sorted(effective_graph().items()):
         allowed = rule_for(name)
         if allowed is None:
             continue
@@ -125,23 +169,90 @@ def test_the_cache_layers_only_import_downwards():
     # a lower layer of ragpic.cache never imports a higher one, and the base class of the
     # backends imports no implementation
     order = ("ragpic.cache.format", "ragpic.cache.backends", "ragpic.cache.store", "ragpic.cache.tools")
-    g = graph()
+    g = effective_graph()
     for name, targets in g.items():
         mine = [i for i, layer in enumerate(order) if _covered(name, (layer,))]
         for t in targets:
             theirs = [i for i, layer in enumerate(order) if _covered(t, (layer,))]
             assert not (mine and theirs and theirs[0] > mine[0]), f"{name} -> {t}"
     assert not [t for t in g["ragpic.cache.backends.base"] if t.startswith("ragpic.cache.backends")]
-    assert not [n for n, ts in g.items() if n.startswith("ragpic.core") and any(_covered(t, ("ragpic.cache",))
-                                                                                for t in ts)]
+    assert not [n for n, ts in effective_graph(g).items()
+                if n.startswith("ragpic.core") and any(_covered(t, ("ragpic.cache",)) for t in ts)]
 
 
-def test_core_and_cache_never_import_an_adapter_or_the_engine():
-    forbidden = ("ragpic.llm", "ragpic.retriever_hooks", "ragpic.eval", "ragpic.engine", "ragpic.cli", "ragpic.serve",
-                 "ragpic.demo")
-    for name, targets in graph().items():
-        if name.startswith(("ragpic.core", "ragpic.cache")):
-            assert not [t for t in targets if _covered(t, forbidden)], name
+def test_no_floor_imports_what_it_may_not():
+    # core, cache, config and paths never reach an adapter or the engine, core never the
+    # config, the demo never the CLI (nor the server, nor the evaluations)
+    bad = []
+    for name, targets in sorted(effective_graph().items()):
+        forbidden = tuple(t for p, ts in FORBIDDEN.items() if _covered(name, (p,)) for t in ts)
+        bad += [f"{name} -> {t}" for t in sorted(targets) if _covered(t, forbidden)]
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
+    assert rule_for("ragpic.cli.main") is None and not _covered("ragpic.cli.main", tuple(FORBIDDEN))
+
+
+def test_a_parent_package_init_counts_as_imported(tmp_path):
+    # importing ragpic.cache.backends.spec runs ragpic/cache/__init__.py, which imports the
+    # store: a core module doing it would depend on the cache, and is refused
+    f = tmp_path / "x.py"
+    f.write_text("from ragpic.cache.backends.spec import parse_store\n")
+    g = graph()
+    g["ragpic.core.x"] = imports_of("ragpic.core.x", f, set(g))
+    edges = effective_graph(g)["ragpic.core.x"]
+    assert "ragpic.cache.store.opening" in edges and "ragpic.cache.backends.disk" in edges
+    assert not all(_covered(t, rule_for("ragpic.core.x")) for t in edges)
+    # a module's own packages are not its importer's business
+    assert "ragpic.cache.store.opening" not in effective_graph(g)["ragpic.cache.backends.spec"]
+
+
+def test_the_store_kinds_table_names_tools_that_exist():
+    # the table sits in the backends layer and names the tools' functions instead of importing
+    # them: each name must be a function of a ragpic.cache.tools module, read from its source
+    from ragpic.cache.backends.kinds import KINDS
+
+    mods = modules()
+    for kind in KINDS.values():
+        for ref in (kind.check, kind.report):
+            if ref is None:
+                continue
+            module, _, name = ref.partition(":")
+            assert _covered(module, ("ragpic.cache.tools",)) and module in mods, ref
+            tree = ast.parse(mods[module].read_text())
+            assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, ref
+
+
+# What ragpic.serve and ragpic.eval may take from ragpic.core: type names (for annotations and
+# the records they read), never a function that runs part of the pipeline: that is the engine's.
+CORE_TYPES = {"ChunkKV", "LinkResult", "LoadedModel", "Method", "Sampling", "Segment", "SlabPool"}
+# The evaluations' edge parses the method names a command line gives (ragpic/eval/variants.py).
+CORE_EDGE = {"ragpic.eval.variants": {"parse_method"}}
+
+
+def core_names_imported(name: str, path: Path) -> set[str]:
+    """``module:name`` of every name ``path`` imports from ``ragpic.core`` (anywhere in the file);
+    ``module:*`` for a plain ``import ragpic.core...``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ragpic.core"):
+            out |= {f"{node.module}:{a.name}" for a in node.names if a.name not in CORE_EDGE.get(name, ())}
+        elif isinstance(node, ast.Import):
+            out |= {f"{a.name}:*" for a in node.names if a.name.startswith("ragpic.core")}
+    return out
+
+
+def test_serve_and_eval_take_only_types_from_the_core():
+    bad = []
+    for name, path in sorted(modules().items()):
+        if name.startswith(("ragpic.serve", "ragpic.eval")):
+            bad += [f"{name} imports {n}" for n in sorted(core_names_imported(name, path))
+                    if n.split(":")[1] not in CORE_TYPES]
+    assert not bad, "the server and the evaluations run the engine, not the core:\n" + "\n".join(bad)
+
+
+def test_the_type_check_sees_a_core_function(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("def f():\n    from ragpic.core.link import link\n    import ragpic.core.decode\n")
+    assert core_names_imported("ragpic.serve.x", f) == {"ragpic.core.link:link", "ragpic.core.decode:*"}
 
 
 def test_no_import_cycles():

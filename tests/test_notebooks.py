@@ -145,7 +145,7 @@ def test_notebook_runs(name, kernel_path, tmp_path, monkeypatch):
     assert _snapshot() == before, "the notebook changed files in notebooks/ or docs/img/"
 
     expected = set(pngs)
-    if name == "04_scaling.ipynb" and (ROOT / "docs" / "bench.json").exists():
+    if name == "04_scaling.ipynb" and (ROOT / "docs" / "results" / "bench.json").exists():
         expected.add("04_committed_bench.png")
     written = {p.name for p in out.glob("*.png")}
     assert expected <= written, f"missing plots: {sorted(expected - written)}"

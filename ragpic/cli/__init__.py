@@ -2,12 +2,13 @@
 the server (docs/ARCHITECTURE.md §2).
 
 - :mod:`~ragpic.cli.main`: the parser of every command and :func:`main` (exit codes);
-- :mod:`~ragpic.cli.args`: the argument types and checks every command shares, run before a
-  model loads;
-- one module per command family: :mod:`~ragpic.cli.demo`, :mod:`~ragpic.cli.eval` (``eval``,
-  ``eval needle``, ``bench``), :mod:`~ragpic.cli.ruler` (``eval ruler``), :mod:`~ragpic.cli.store`
-  (``store check|stats``),
-  :mod:`~ragpic.cli.serve`.
+- :mod:`ragpic.cmdline`: the argument types and checks every command shares, run before a
+  model loads, and the exit codes (shared with ``python -m ragpic.demo``, so outside this
+  package; :mod:`~ragpic.cli.args` keeps their old import path);
+- one module per command family: :mod:`~ragpic.cli.eval` (``eval``, ``eval needle``,
+  ``bench``), :mod:`~ragpic.cli.ruler` (``eval ruler``), :mod:`~ragpic.cli.store`
+  (``store check|stats``), :mod:`~ragpic.cli.serve`, :mod:`~ragpic.cli.model`; ``demo``'s
+  options live with the demo, in :mod:`ragpic.demo.options`.
 
 ``python -m ragpic.cli ...`` is the same as the ``ragpic`` console script.
 """

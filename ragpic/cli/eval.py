@@ -2,7 +2,7 @@
 
 Defaults read the data shipped in ``ragpic/data`` (32 MuSiQue questions, four Paul Graham
 essays), so each command runs from a clone with no path argument. Every argument is checked
-before the model loads (:mod:`ragpic.cli.args`); torch is imported only by the commands.
+before the model loads (:mod:`ragpic.cmdline`); torch is imported only by the commands.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import math
 import sys
 from pathlib import Path
 
-from ragpic.cli.args import (Parser, UsageError, at_least, check_model, check_output, csv_of, device_name,
-                             fraction, method_list, need_file, need_folder, need_module)
+from ragpic.cmdline import (Parser, at_least, check_model, check_output, csv_of, device_name, fraction, method_list,
+                            need_file, need_folder, need_module)
+from ragpic.errors import UsageError
 from ragpic.eval.data import default_dataset, default_haystack, load_qa, parse_chunking
 
 EVAL_DESCRIPTION = """Accuracy and fidelity to `full` of every link method on multi-hop QA.

@@ -4,22 +4,21 @@ Each command registers its parser with ``set_defaults(func=..., check=...)``: ``
 first and validates every argument without loading a model; ``func`` does the work. Adding a
 command is one import and one ``add_..._parser(sub)`` line in :func:`build_parser`.
 
-Exit codes: 0 done; 2 a usage error (one line naming the argument and what to pass); 1 an
-error while running (one line; ``RAGPIC_DEBUG=1`` shows the traceback); 130 interrupted.
+Exit codes (:func:`ragpic.cmdline.run_command`): 0 done; 2 a usage error (one line naming the
+argument and what to pass); 1 an error while running (one line; ``RAGPIC_DEBUG=1`` shows the
+traceback); 130 interrupted.
 Heavy imports (torch, transformers) happen inside the commands, so ``ragpic --help`` is quick.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from ragpic.cli.args import Parser, UsageError
 from ragpic.cli.eval import add_bench_parser, add_eval_parser, build_needle_parser
-from ragpic.cli.demo import add_demo_parser
 from ragpic.cli.ruler import build_ruler_parser
-from ragpic.errors import RagPicError
+from ragpic.cmdline import Parser, run_command
+from ragpic.demo.options import add_demo_parser
 from ragpic.cli.model import add_parser as add_model_parser
 from ragpic.cli.serve import add_parser as add_serve_parser
 from ragpic.cli.store import add_parser as add_store_parser
@@ -55,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse and check ``argv`` (raises :class:`UsageError`); nothing is loaded yet."""
+    """Parse and check ``argv`` (raises :class:`ragpic.errors.UsageError`); nothing is loaded yet."""
     if argv[:2] in (["eval", "needle"], ["eval", "ruler"]):
         build = build_needle_parser if argv[1] == "needle" else build_ruler_parser
         args = build().parse_args(argv[2:])
@@ -75,23 +74,7 @@ def _prog(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``ragpic`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = bool(os.environ.get("RAGPIC_DEBUG"))
-    try:
-        args = parse(argv)
-        return args.func(args) or 0
-    except UsageError as e:
-        print(f"{e.prog or _prog(argv)}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("ragpic: interrupted", file=sys.stderr)
-        return 130
-    except (RagPicError, ValueError, OSError, ImportError) as e:
-        if debug:
-            raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"ragpic: error: {first} ({type(e).__name__}; RAGPIC_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return 1
+    return run_command(list(sys.argv[1:] if argv is None else argv), parse, _prog)
 
 
 if __name__ == "__main__":

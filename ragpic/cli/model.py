@@ -33,8 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def check_get(args: argparse.Namespace) -> None:
-    from ragpic.cli.args import UsageError
-    from ragpic.errors import ConfigError
+    from ragpic.errors import ConfigError, UsageError
     from ragpic.models.registry import pinned_model
 
     try:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from ragpic.cli.args import Parser, UsageError, at_least, csv_of, method_list
+from ragpic.cmdline import Parser, at_least, csv_of, method_list
+from ragpic.errors import UsageError
 from ragpic.cli.eval import _check_common, _check_long_enough, _haystack, _load, _progress, _write_json, add_model_args
 
 # the names of ragpic.eval.ruler_tasks.TASKS, kept here so parsing needs no import of the eval package

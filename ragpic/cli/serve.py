@@ -1,7 +1,7 @@
 """``ragpic serve``: start the OpenAI-compatible server (wired into ``ragpic/cli/main.py``).
 
 Every argument is checked before the model loads (one-line errors, exit 2). Defaults: the
-embedded SmolLM2, ``legolink-16``, a folder store under ``ragpic.config.cache_dir()/serve/kv``,
+embedded SmolLM2, ``legolink-16``, a folder store under ``ragpic.paths.cache_dir()/serve/kv``,
 127.0.0.1:8000. ``--store redis://host:port/db`` shares compiled KV (and the chunk index)
 with every other replica on that Redis.
 """
@@ -17,7 +17,7 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``ragpic`` parser."""
-    from ragpic.cli.args import at_least, method_name
+    from ragpic.cmdline import at_least, method_name
 
     p = subparsers.add_parser("serve", help="OpenAI-compatible server with EPIC's context-cache API",
                               description="Serve /v1/chat/completions, /v1/completions, /v1/models, "
@@ -34,8 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="require Authorization: Bearer KEY (default: $RAGPIC_API_KEY, else none); repeat it for "
                         "several keys, each its own namespace of context-cache ids (key1, key2...)")
     p.add_argument("--api-keys", default=None, metavar="FILE",
-                   help="tenants: a file of 'NAMESPACE KEY' lines; each namespace sees only its own "
-                        "context-cache ids")
+                   help="tenants: a file of 'NAMESPACE KEY' lines (each key once, at least 16 characters); "
+                        "each namespace sees only its own context-cache ids")
     p.add_argument("--max-queue", type=at_least(0), default=64, help="requests waiting beyond the batch; "
                                                                      "more get HTTP 429 (default 64)")
     p.add_argument("--max-batch", type=at_least(1), default=8, help="requests decoded together (1: one at a time)")
@@ -73,7 +73,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def check(args: argparse.Namespace) -> None:
     """Check what can be checked without loading anything (raises UsageError)."""
-    from ragpic.cli.args import UsageError, check_model, need_module
+    from ragpic.cmdline import check_model, need_module
+    from ragpic.errors import UsageError
 
     check_model(args.model)
     need_module("fastapi", "ragpic serve", "serve")
@@ -94,14 +95,16 @@ def check(args: argparse.Namespace) -> None:
 def api_keys(args: argparse.Namespace) -> dict[str, str]:
     """``key -> namespace`` from ``--api-keys FILE`` and the ``--api-key`` flags (one key: one
     namespace, as before; each repeated key gets its own)."""
-    from ragpic.cli.args import UsageError
+    from ragpic.errors import ConfigError, UsageError
     from ragpic.serve.tenants import read_keys_file
 
     keys: dict[str, str] = {}
     if args.api_keys:
         try:
             keys.update(read_keys_file(args.api_keys))
-        except (OSError, ValueError) as exc:
+        except ConfigError as exc:  # its message names the file and the line
+            raise UsageError(f"--api-keys: {exc}") from None
+        except (OSError, ValueError) as exc:  # unreadable, not text
             raise UsageError(f"--api-keys {args.api_keys}: {exc}") from None
     flags = args.api_key or ([os.environ["RAGPIC_API_KEY"]] if os.environ.get("RAGPIC_API_KEY") else [])
     for n, key in enumerate(flags, 1):
@@ -110,7 +113,7 @@ def api_keys(args: argparse.Namespace) -> dict[str, str]:
 
 
 def default_store() -> str:
-    from ragpic.config import cache_dir
+    from ragpic.paths import cache_dir
 
     return str(cache_dir() / "serve" / "kv")
 
@@ -138,6 +141,6 @@ def run(args: argparse.Namespace) -> int:
     http = protocol_with_header_timeout(args.header_timeout) if args.header_timeout else "h11"
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=http,
                             timeout_graceful_shutdown=5)
-    GracefulServer(config, app.state.scheduler, args.shutdown_grace).run()
+    GracefulServer(config, app.state.scheduler, args.shutdown_grace, drain=app.state.drain).run()
     engine.close()
     return 0

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ragpic.config import cache_dir
+from ragpic.paths import cache_dir
 from ragpic.core.gguf_header import GGUFHeader, read_header
 from ragpic.errors import ModelFileError, UnsupportedModelError
 

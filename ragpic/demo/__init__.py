@@ -1,14 +1,15 @@
 """``ragpic demo``: a LlamaIndex RAG app with linked KV, compared with full prefill.
 
-Modules: :mod:`~ragpic.cli.demo` (options and their checks, run before the model loads),
+Modules: :mod:`~ragpic.demo.options` (options, their checks, run before the model loads, and
+the parser of ``python -m ragpic.demo``),
 :mod:`~ragpic.demo.corpus` (documents, manifest, what changed), :mod:`~ragpic.demo.index`
 (the FAISS index kept in step with the folder), :mod:`~ragpic.demo.app` (the run itself).
-Importing this package loads no torch and no LlamaIndex.
+Importing this package loads no torch and no LlamaIndex, and never the CLI (which imports it).
 """
 
 from __future__ import annotations
 
-from ragpic.cli.demo import add_arguments, add_demo_parser, check
+from ragpic.demo.options import add_arguments, add_demo_parser, check
 from ragpic.demo.corpus import SAMPLE_QUESTIONS, sample_questions
 
 __all__ = ["SAMPLE_QUESTIONS", "add_arguments", "add_demo_parser", "check", "embedding_model", "main", "run",
@@ -27,7 +28,6 @@ def run(args, out=None):
     import sys
 
     from ragpic.demo.app import run as run_demo
-    from ragpic.cli.demo import check
 
     if not hasattr(args, "corpus"):  # not parsed and checked by the CLI yet
         check(args)
@@ -35,13 +35,14 @@ def run(args, out=None):
 
 
 def main(args=None) -> int:
-    """``ragpic demo`` with parsed ``args``, or with ``sys.argv`` through the CLI when none."""
+    """``ragpic demo`` with parsed ``args``, or with ``sys.argv`` (parsed and checked as
+    ``ragpic demo`` does) when none."""
     if args is None:
         import sys
 
-        from ragpic.cli import main as cli_main
+        from ragpic.demo.options import main as options_main
 
-        return cli_main(["demo", *sys.argv[1:]])
+        return options_main(sys.argv[1:])
     from ragpic.demo.app import main as demo_main
 
     return demo_main(args)

@@ -1,7 +1,7 @@
-"""``python -m ragpic.demo`` runs ``ragpic demo`` (the CLI parses and checks the arguments)."""
+"""``python -m ragpic.demo`` runs ``ragpic demo`` (same options, checks and exit codes)."""
 
 import sys
 
-from ragpic.cli import main
+from ragpic.demo.options import main
 
-raise SystemExit(main(["demo", *sys.argv[1:]]))
+raise SystemExit(main(sys.argv[1:]))

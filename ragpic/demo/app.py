@@ -112,7 +112,7 @@ def _ask_loop(args, engines: dict, out) -> list[dict]:
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
-    """Run the demo on checked ``args`` (``ragpic.cli.demo.check``, which the CLI and
+    """Run the demo on checked ``args`` (``ragpic.demo.options.check``, which the CLI and
     :func:`ragpic.demo.run` call); returns one ``{"full": Generation, "linked": Generation}``
     per question."""
     from ragpic.llm.llamaindex import RagPicLLM, make_query_engine
@@ -139,6 +139,6 @@ def run(args: argparse.Namespace, out=sys.stdout) -> list[dict]:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the demo with arguments parsed by ``ragpic demo`` (see :mod:`ragpic.cli.demo`)."""
+    """Run the demo with arguments parsed by ``ragpic demo`` (see :mod:`ragpic.demo.options`)."""
     run(args)
     return 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ragpic.cli.args import UsageError
+from ragpic.errors import UsageError
 
 SAMPLE_QUESTIONS = 3  # the passages of this many bundled MuSiQue questions are the default corpus
 SUFFIXES = (".txt", ".md")

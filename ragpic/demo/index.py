@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragpic.config import cache_dir
+from ragpic.paths import cache_dir
 from ragpic.demo.corpus import BUNDLED, Changes, SourceFile, describe, diff_files, load_manifest, save_manifest
 
 

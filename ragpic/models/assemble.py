@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
-from ragpic.config import cache_dir
+from ragpic.paths import cache_dir
 from ragpic.core.gguf import file_sha256
 from ragpic.errors import ModelFileError
 from ragpic.models.registry import PinnedModel

@@ -1,6 +1,8 @@
 """Where entry bytes persist: the :class:`KVBackend` base class (:mod:`.base`) and its media,
 memory (:mod:`.memory`), a folder (:mod:`.disk`) and Redis or a Redis Cluster
-(:mod:`.redis_backend`, imported lazily: redis-py is an optional dependency)."""
+(:mod:`.redis_backend`, imported lazily: redis-py is an optional dependency). What
+``store=`` accepts is :mod:`.spec`; how each kind of store opens, is checked and is reported,
+:mod:`.kinds` (one row per kind)."""
 
 from __future__ import annotations
 

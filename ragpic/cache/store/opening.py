@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 from collections.abc import Sequence
 
-from ragpic.cache.backends.disk import DEFAULT_SIZE_LIMIT, DiskBackend
-from ragpic.cache.backends.spec import parse_store
+from ragpic.cache.backends.disk import DEFAULT_SIZE_LIMIT
+from ragpic.cache.backends.kinds import OpenOptions, store_kind
 from ragpic.cache.store.chunk_store import DEFAULT_MEMORY_BYTES, ChunkStore
 
 log = logging.getLogger("ragpic.cache")
@@ -21,7 +20,8 @@ def open_store(spec: str | os.PathLike[str] | None, *, fingerprint: str, memory_
                redis_ttl_s: float | None = None, budget_s: float = DEFAULT_BUDGET_S,
                stats_interval_s: float = 300.0) -> ChunkStore:
     """Open a store from a spec: ``None``/``"memory"`` (memory only), ``"redis://..."``
-    (:class:`RedisBackend`), else a folder (:class:`DiskBackend`); see :mod:`ragpic.cache.backends.spec`.
+    (:class:`RedisBackend`), else a folder (:class:`DiskBackend`); see :mod:`ragpic.cache.backends.spec`
+    for what is accepted and :mod:`ragpic.cache.backends.kinds` for how each kind opens.
 
     ``stats_interval_s``: see :class:`ChunkStore`. ``budget_s`` bounds how long a query waits on a stalled store: Redis socket timeouts
     and SQLite lock waits on the query path (ingest waits longer); after one failure the
@@ -33,22 +33,18 @@ def open_store(spec: str | os.PathLike[str] | None, *, fingerprint: str, memory_
         ConfigError: ``spec`` is empty, has an unknown URL scheme, or is not a path
             (naming ``store`` and what to pass); or the folder holds a newer format.
     """
-    parsed = parse_store(spec)
+    kind, target = store_kind(spec)
     kwargs = dict(fingerprint=fingerprint, memory_bytes=memory_bytes, quant=quant, stats_interval_s=stats_interval_s)
-    if parsed.kind == "memory":
+    if kind.open is None:
         return ChunkStore(None, **kwargs)  # type: ignore[arg-type]
-    if parsed.kind == "redis":
-        from ragpic.cache.backends.redis_backend import RedisBackend
-
-        backend = RedisBackend(parsed.target, ttl_s=redis_ttl_s, timeout_s=budget_s)  # type: ignore[arg-type]
-        return ChunkStore(backend, **kwargs)  # type: ignore[arg-type]
+    options = OpenOptions(fingerprint=fingerprint, size_limit_bytes=size_limit_bytes, recipes=recipes,
+                          redis_ttl_s=redis_ttl_s, budget_s=budget_s)
     try:
-        disk = DiskBackend(parsed.target, size_limit_bytes, fingerprint=fingerprint,  # type: ignore[arg-type]
-                           recipes=recipes, busy_s=budget_s)
-    except (OSError, sqlite3.Error) as exc:
-        log.warning("KV store folder %s is unusable (%s: %s); caching in memory only",
-                    parsed.target, type(exc).__name__, exc)
+        backend = kind.open(target, options)  # type: ignore[arg-type]
+    except kind.unusable as exc:
+        log.warning("KV store %s %s is unusable (%s: %s); caching in memory only",
+                    kind.name, target, type(exc).__name__, exc)
         store = ChunkStore(None, **kwargs)  # type: ignore[arg-type]
         store._count(errors=1)
         return store
-    return ChunkStore(disk, **kwargs)  # type: ignore[arg-type]
+    return ChunkStore(backend, **kwargs)  # type: ignore[arg-type]

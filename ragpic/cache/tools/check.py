@@ -11,12 +11,13 @@ entries and orphans are deleted, uncatalogued entries catalogued and stale rows 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
 from ragpic.cache.backends.disk import reconcile
+from ragpic.cache.backends.kinds import store_kind
 from ragpic.cache.tools.check_result import CheckResult, format_result
-from ragpic.cache.backends.spec import parse_store
 from ragpic.errors import ConfigError
 
 __all__ = ["CheckResult", "check_store", "check_folder", "format_result"]
@@ -28,18 +29,17 @@ def check_store(spec: str, *, repair: bool = False, prefix: str = "ragpic:") -> 
     Raises:
         ConfigError: ``spec`` is not a store (empty, unknown scheme, no such folder).
     """
-    parsed = parse_store(spec)
-    if parsed.kind == "memory":
-        raise ConfigError("store check needs a folder or a redis:// URL, not a memory store")
-    if parsed.kind == "redis":
-        from ragpic.cache.tools.check_redis import check_redis
-
-        return check_redis(parsed.target, repair=repair, prefix=prefix)  # type: ignore[arg-type]
-    return check_folder(Path(parsed.target), repair=repair)  # type: ignore[arg-type]
+    kind, target = store_kind(spec)
+    check = kind.tool("check")
+    if check is None:
+        raise ConfigError(f"store check needs a folder or a redis:// URL, not a {kind.name} store")
+    return check(target, repair=repair, prefix=prefix)
 
 
-def check_folder(root: Path, *, repair: bool) -> CheckResult:
-    """See the module docstring; never creates ``root``."""
+def check_folder(root: str | os.PathLike[str], *, repair: bool, prefix: str = "ragpic:") -> CheckResult:
+    """See the module docstring; never creates ``root``. ``prefix`` is unused (a folder's
+    entries have none): it is there for the one signature of every kind's check."""
+    root = Path(root)
     from ragpic.cache.backends.disk import DiskBackend
     from ragpic.cache.backends.disk.index_open import INDEX
     from ragpic.cache.backends.disk.index_db import IndexDamaged, IndexDB

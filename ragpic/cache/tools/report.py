@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragpic.cache.format.entry_header import PREFIX, CorruptEntry, read_header
-from ragpic.cache.backends.spec import parse_store
+from ragpic.cache.backends.kinds import store_kind
 from ragpic.errors import ConfigError
 
-__all__ = ["StoreReport", "format_report", "store_report"]
+__all__ = ["StoreReport", "folder_report", "format_report", "redis_report", "store_report"]
 
 SAMPLE = 256
 
@@ -63,19 +63,20 @@ def store_report(spec: str, *, prefix: str = "ragpic:", sample: int = SAMPLE) ->
     Raises:
         ConfigError: ``spec`` is not a store (empty, unknown scheme, memory, no such folder).
     """
-    parsed = parse_store(spec)
-    if parsed.kind == "memory":
-        raise ConfigError("store stats needs a folder or a redis:// URL, not a memory store")
-    if parsed.kind == "redis":
-        return _redis_report(parsed.target, prefix, sample)  # type: ignore[arg-type]
-    return _folder_report(Path(parsed.target), sample)  # type: ignore[arg-type]
+    kind, target = store_kind(spec)
+    report = kind.tool("report")
+    if report is None:
+        raise ConfigError(f"store stats needs a folder or a redis:// URL, not a {kind.name} store")
+    return report(target, prefix=prefix, sample=sample)
 
 
-def _folder_report(root: Path, sample: int) -> StoreReport:
+def folder_report(target: str | os.PathLike[str], *, prefix: str = "ragpic:", sample: int = SAMPLE) -> StoreReport:
+    """Figures of the store folder ``target`` (``prefix`` is unused: a folder's entries have none)."""
     from ragpic.cache.backends.disk.index_db import IndexDamaged, IndexDB
     from ragpic.cache.backends.disk.index_open import INDEX
     from ragpic.cache.backends.disk.reconcile import read_head
 
+    root = Path(target)
     if not (root / INDEX).is_file():
         raise ConfigError(f"no KV store folder at {str(root)!r} (no {INDEX}): pass the folder given as "
                           "store= (e.g. my_index/kv)")
@@ -106,7 +107,8 @@ def _folder_report(root: Path, sample: int) -> StoreReport:
     return report
 
 
-def _redis_report(url: str, prefix: str, sample: int) -> StoreReport:
+def redis_report(url: str, *, prefix: str = "ragpic:", sample: int = SAMPLE) -> StoreReport:
+    """Figures of the Redis store (or cluster) at ``url`` under ``prefix``."""
     from ragpic.cache.backends.redis_backend import RedisBackend
 
     backend = RedisBackend(url, prefix=prefix, timeout_s=5.0)

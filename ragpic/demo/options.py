@@ -1,4 +1,6 @@
-"""``ragpic demo``'s arguments and their checks (stdlib only, so ``ragpic --help`` stays quick).
+"""``ragpic demo``'s arguments, their checks and its parser (stdlib only, so ``ragpic --help``
+stays quick). The CLI registers it with :func:`add_demo_parser`; ``python -m ragpic.demo``
+parses with :func:`build_parser` (the same options, checks and exit codes, without the CLI).
 
 :func:`check` runs before the model loads: it reads the documents (a missing folder, an
 empty one or an unreadable file fails here, in one line, with nothing written), resolves
@@ -10,7 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ragpic.cli.args import UsageError, at_least, check_model, device_name, method_name, need_module
+from ragpic.cmdline import Parser, at_least, check_model, device_name, method_name, need_module, run_command
+from ragpic.errors import ConfigError, UsageError
+
+PROG = "ragpic demo"
 
 DESCRIPTION = """A LlamaIndex RAG app over a folder of .txt/.md documents (default: passages
 bundled with ragpic), answering each question twice: with `full` prefill and with linked KV
@@ -42,27 +47,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=device_name, default="auto", help="auto (CUDA if present), cpu, cuda:0 ...")
 
 
+def _run(args: argparse.Namespace) -> int:
+    from ragpic.demo.app import run as run_demo
+
+    run_demo(args)
+    return 0
+
+
 def add_demo_parser(sub) -> None:
     """Register ``ragpic demo`` on the CLI's subparsers."""
     demo = sub.add_parser("demo", help="answer questions over a folder of documents with linked KV",
                           description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(demo)
+    demo.set_defaults(func=_run, check=check)
 
-    def run(args) -> int:
-        from ragpic.demo.app import run as run_demo
 
-        run_demo(args)
-        return 0
+def build_parser() -> Parser:
+    """The parser of ``python -m ragpic.demo``: ``ragpic demo``'s options under the same name."""
+    p = Parser(prog=PROG, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=_run, check=check)
+    return p
 
-    demo.set_defaults(func=run, check=check)
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse and :func:`check` ``argv`` (raises :class:`UsageError`); nothing is loaded yet."""
+    args = build_parser().parse_args(argv)
+    check(args)
+    return args
+
+
+def main(argv: list[str]) -> int:
+    """``python -m ragpic.demo ARGV``: the exit codes of ``ragpic demo``."""
+    return run_command(argv, parse, lambda _argv: PROG)
 
 
 def _check_store(store: str | None) -> None:
     if not store:
         return
-    if store.startswith(("redis://", "rediss://", "unix://")):
-        need_module("redis", "--store redis://...", "redis")
-    elif Path(store).expanduser().is_file():
+    # the store parser's own decision (folder, Redis, refused), so the demo never disagrees
+    # with the engine about a spec such as unix://; lazy: it imports the cache package
+    from ragpic.cache.backends.kinds import store_kind
+
+    try:
+        kind, target = store_kind(store)
+    except ConfigError as e:
+        raise UsageError(f"--store: {e}") from None
+    if kind.needs is not None:
+        need_module(kind.needs[0], f"--store {store}", kind.needs[1])
+    if kind.name == "folder" and Path(target).is_file():
         raise UsageError(f"--store {store}: is a file; pass a folder for the KV store or redis://host:port/0")
 
 
