@@ -12,7 +12,7 @@ beside ``s = 1`` on the evaluation set (``--seed``), scored as ``ragpic eval rul
 
     python benchmarks/ape_temperature.py --model $M --method legolink-16 \\
         --temperatures 0.8,0.9,0.95,1.0,1.05,1.1,1.2 --calib-length 2048 --length 4096 \\
-        --tasks niah_multivalue,niah_multiquery,vt,cwe --threads 2 --json docs/ape_temperature_qwen05b.json
+        --tasks niah_multivalue,niah_multiquery,vt,cwe --threads 2 --json docs/results/ape_temperature_qwen05b.json
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ragpic.eval.data import default_haystack, load_haystack
 from ragpic.eval.evaluate import against_full, run_method, teacher_forced_logits
 from ragpic.eval.ruler import score_answer
 from ragpic.eval.ruler_tasks import TASKS, generate_sample
-from ragpic.eval.variants import build_segments, compile_for
+from ragpic.eval.variants import prompt_segments, compile_for
 
 
 def scaled(segments: list[Segment], s: float) -> list[Segment]:
@@ -61,7 +61,7 @@ def tf_kl(lm: LoadedModel, segs: list[Segment], method: str, ref_logits: torch.T
 def prompt(lm: LoadedModel, haystack: str, task: str, length: int, index: int, seed: int, method: str):
     sample = generate_sample(lm.tokenizer, haystack, task, length, index, seed=seed)
     kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], ["full", method])
-    return sample, {r: build_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
+    return sample, {r: prompt_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.kv import rotate_keys
 from ragpic.eval.data import GLUE, QA_INSTRUCTION, default_dataset, load_qa, qa_chunk_ids, template_parts
 from ragpic.eval.evaluate import question_scores, run_method
-from ragpic.eval.variants import build_segments, compile_for, store_round_trip
+from ragpic.eval.variants import prompt_segments, compile_for, store_round_trip
 
 # name -> (tokens per key group, channels per value group, quantize keys pre-RoPE)
 LAYOUTS = {"int4 (k64,v64)": (64, 64, False), "int4 k32": (32, 64, False), "int4 v32": (64, 32, False),
@@ -73,9 +73,9 @@ def main(limit: int = 16, json_out: str | None = None) -> dict[str, float]:
         prefix, suffix = before + QA_INSTRUCTION, f"{GLUE}Question: {ex.question}{after}"
         variants = {"exact": kvs, "int4 (stored)": [store_round_trip(kv, "int4") for kv in kvs]}
         variants |= {name: [layout_kv(lm, kv, *spec) for kv in kvs] for name, spec in LAYOUTS.items()}
-        runs = {"full": run_method(lm, build_segments(lm.tokenizer, prefix, kvs, suffix), "full", 32, "self")}
+        runs = {"full": run_method(lm, prompt_segments(lm.tokenizer, prefix, kvs, suffix, glue=GLUE), "full", 32, "self")}
         for name, kv_list in variants.items():
-            runs[name] = run_method(lm, build_segments(lm.tokenizer, prefix, kv_list, suffix), "legolink-16", 32,
+            runs[name] = run_method(lm, prompt_segments(lm.tokenizer, prefix, kv_list, suffix, glue=GLUE), "legolink-16", 32,
                                     runs["full"].answer_ids)
         scores = question_scores(runs, ex.answers)
         per.append({m: scores[m]["tf_kl_vs_full"] for m in variants})

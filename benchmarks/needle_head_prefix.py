@@ -32,7 +32,7 @@ from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
 from ragpic.eval.evaluate import teacher_forced_logits
 from ragpic.eval.needle import KEYWORDS, needle_chunks
-from ragpic.eval.variants import build_segments, compile_for
+from ragpic.eval.variants import prompt_segments, compile_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from neighbour_compile import compile_behind  # noqa: E402  (one compile-behind-a-prefix for both benchmarks)
@@ -46,9 +46,9 @@ def run_cell(lm: LoadedModel, haystack: str, length: int, depth: float, variants
     prefix, texts, suffix = needle_chunks(tok, haystack, length, depth, chunk_tokens=512)
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     head = tok(prefix, add_special_tokens=False)["input_ids"]
-    segs = {"plain": build_segments(tok, prefix, compile_for(lm, ids, ["legolink-16"], {})["plain"], suffix,
+    segs = {"plain": prompt_segments(tok, prefix, compile_for(lm, ids, ["legolink-16"], {})["plain"], suffix,
                                     glue=None),
-            "head": build_segments(tok, prefix, [compile_behind(lm, head, c) for c in ids], suffix, glue=None)}
+            "head": prompt_segments(tok, prefix, [compile_behind(lm, head, c) for c in ids], suffix, glue=None)}
     ref = link(lm, segs["plain"], "full", extra_capacity=MAX_NEW + 1)
     answer = list(decode_tokens(lm, ref.cache, ref.logits, ref.num_tokens, Sampling(max_new_tokens=MAX_NEW)))
     ref_tf = teacher_forced_logits(lm, ref, answer)

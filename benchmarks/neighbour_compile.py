@@ -34,10 +34,10 @@ previous link's chunk is in the prefix (what the recipe needs to repair that tas
     python benchmarks/neighbour_compile.py --model $M --length 4096 --samples 4 \\
         --tasks vt,niah_multivalue,niah_multiquery,cwe \\
         --variants plain:legolink-16,prev:legolink-16,nbr2:legolink-16,nbr2:qp-5 \\
-        --threads 2 --json docs/neighbour_compile_qwen05b.json
+        --threads 2 --json docs/results/neighbour_compile_qwen05b.json
     python benchmarks/neighbour_compile.py --model $M --tasks musique --samples 32 \\
         --variants plain:naive,plain:legolink-16,nbr1:legolink-16,nbr2:legolink-16,nbr2:qp-5 \\
-        --threads 2 --json docs/neighbour_compile_musique_qwen05b.json
+        --threads 2 --json docs/results/neighbour_compile_musique_qwen05b.json
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from ragpic.eval.data import (GLUE, QA_INSTRUCTION, default_dataset, default_hay
 from ragpic.eval.evaluate import against_full, run_method
 from ragpic.eval.ruler import score_answer
 from ragpic.eval.ruler_tasks import TASKS, generate_sample
-from ragpic.eval.variants import build_segments
+from ragpic.eval.variants import prompt_segments
 
 WINDOW_WORDS, WINDOW_STRIDE = 100, 50
 
@@ -189,8 +189,8 @@ def check_exact(lm: LoadedModel, pr: "Prompt") -> float:
     for c, ids in enumerate(pr.ids):
         kvs.append(compile_behind(lm, seen, ids))
         seen += ids + glue
-    behind = build_segments(lm.tokenizer, pr.prefix, kvs, pr.suffix, glue=pr.glue)
-    alone = build_segments(lm.tokenizer, pr.prefix, [compile_behind(lm, [], ids) for ids in pr.ids], pr.suffix,
+    behind = prompt_segments(lm.tokenizer, pr.prefix, kvs, pr.suffix, glue=pr.glue)
+    alone = prompt_segments(lm.tokenizer, pr.prefix, [compile_behind(lm, [], ids) for ids in pr.ids], pr.suffix,
                            glue=pr.glue)
     return float((link(lm, behind, "naive").logits - link(lm, alone, "full").logits).abs().max())
 
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             kvs = [compile_behind(lm, [tok for g in pre[c] for tok in ids[g]], pr.ids[c]) for c in range(n)]
             compile_s[r] = time.perf_counter() - t
-            segs[r] = build_segments(lm.tokenizer, pr.prefix, kvs, pr.suffix, glue=pr.glue)
+            segs[r] = prompt_segments(lm.tokenizer, pr.prefix, kvs, pr.suffix, glue=pr.glue)
             drawn = [g for c in range(n) for g in pre[c]]
             recall[r] = {"own_prompt": (sum(g in own for g in drawn) / len(drawn)) if drawn else None,
                          "chain_links_seen": (sum(slot[s_i, prev] in pre[c] for prev, c in zip(pr.chain, pr.chain[1:]))

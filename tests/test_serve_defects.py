@@ -145,3 +145,29 @@ def test_the_bearer_scheme_matches_in_any_case(server):
         r = httpx.get(server.url + "/v1/models", headers={"Authorization": auth})
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", (auth, r.text)
     assert httpx.get(server.url + "/v1/models").status_code == 401
+
+
+# -- 5. a context-cache POST that compiles nothing ------------------------------------------
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_a_context_cache_post_that_compiles_nothing_leaves_the_server_idle(server):
+    """Posting a stored text again (twice) queues no compile: ``compiling`` stays 0 and the
+    idle process sleeps (it once spun at ~95% of a core on a compile that never ended)."""
+    text = "The idle server test chunk: Dolores Park fills with people who bring a sandwich and sit on the grass."
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=120) as c:
+        first = c.post("/v1/context_cache", json={"texts": [text]})
+        assert first.status_code == 200 and first.json()["data"][0]["compiled"] is True, first.text
+        for _ in range(2):
+            again = c.post("/v1/context_cache", json={"texts": [text]})
+            assert again.status_code == 200 and again.json()["data"][0]["compiled"] is False, again.text
+        health = c.get("/health").json()
+    assert health["compiling"] == 0, health
+    time.sleep(0.5)  # let any trailing work finish
+    before = _cpu_seconds(server.proc.pid)
+    time.sleep(3)
+    busy = _cpu_seconds(server.proc.pid) - before
+    assert busy < 0.5, f"the idle server used {busy:.2f} s of CPU in 3 s"

@@ -43,6 +43,10 @@ def workers(redis, tmp_path_factory):
     home = tmp_path_factory.mktemp("smol-serve")
     servers = [Server("--store", redis.url, "--max-batch", "4", home=home, isolate=False, timeout_s=300)
                for _ in range(2)]
+    # The passages are stored before any test runs (through worker 0, so worker 1's hits cross
+    # workers): each test then finds them alone, in any order, as the engine fixture does.
+    with servers[0].client() as c:
+        assert c.post("/v1/context_cache", json={"texts": PASSAGES}).status_code == 200
     yield servers
     for s in servers:
         s.stop()

@@ -13,16 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ragpic.checks import check_texts
 from ragpic.core.methods import Method, recipe_dummies
 from ragpic.errors import ChunkError
 
-if TYPE_CHECKING:
-    from ragpic.engine.engine import RagPic
+__all__ = ["CompilePlan", "Compiler", "plan_compile"]
 
-__all__ = ["CompilePlan", "plan_compile"]
+
+class Compiler(Protocol):
+    """What a compile plan reads of its engine (:class:`ragpic.RagPic` is one)."""
+
+    config: Any  # ragpic.Config: min_chunk_tokens
+    store: Any  # ragpic.cache.ChunkStore: contains_many
+
+    @property
+    def context_window(self) -> int: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def chunk_key(self, text: str, method: Method | None = None) -> str: ...
 
 
 @dataclass(slots=True)
@@ -46,7 +57,7 @@ class CompilePlan:
     skipped: list[int] = field(default_factory=list)
 
 
-def plan_compile(engine: "RagPic", texts: Sequence[str], method: Method, *, refuse_short: bool = False) -> CompilePlan:
+def plan_compile(engine: Compiler, texts: Sequence[str], method: Method, *, refuse_short: bool = False) -> CompilePlan:
     """Check ``texts`` and find which of them the store lacks (blocking: the store may be remote).
 
     ``refuse_short``: a text under ``min_chunk_tokens`` raises instead of being skipped.

@@ -30,17 +30,16 @@ from pathlib import Path
 
 import torch
 
-from ragpic.core.link import link, linker_for
-from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
-from ragpic.core.ops.linked_cache import SlabPool
-from ragpic.core.segments import Segment, chunk_segment, concat_ids
+from ragpic.core.ops.linked_cache import SlabPool  # a type only: new_pool() makes one
+from ragpic.core.segments import Segment
+from ragpic.engine.offline import layer_rows, link_only, new_pool, prompt_ids, prompt_segments
 
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
 from ragpic.eval.peers import Peer
 from ragpic.eval.plots import plot_bench
-from ragpic.eval.variants import compile_for, normalize_methods
+from ragpic.eval.variants import compile_for, method_of, normalize_methods, variant_key
 
 __all__ = ["format_table", "method_flops", "plot_bench", "run_bench"]
 
@@ -84,7 +83,7 @@ def method_flops(lm: LoadedModel, segments: Sequence[Segment], method: str) -> f
     ``qp`` its probe pass (``legolink-k``'s rows through the first layers).
     Each method's rows per layer come from its strategy (:meth:`ragpic.core.link.Linker.layer_rows`).
     """
-    return sum(link_flops(lm, rows) for rows in linker_for(method).layer_rows(segments, lm.num_layers))
+    return sum(link_flops(lm, rows) for rows in layer_rows(segments, method_of(method), lm.num_layers))
 
 
 # ----------------------------------------------------------------------------- memory
@@ -94,9 +93,9 @@ def link_peak_memory_mb(lm: LoadedModel, segments: Sequence[Segment], method: st
         torch.cuda.synchronize(lm.device)
         base = torch.cuda.memory_allocated(lm.device)
         torch.cuda.reset_peak_memory_stats(lm.device)
-        res = link(lm, segments, method)
+        req = link_only(lm, segments, method_of(method))
         peak = torch.cuda.max_memory_allocated(lm.device) - base
-        del res
+        del req
         return peak / 2**20, "cuda.max_memory_allocated"
     try:
         from torch.profiler import ProfilerActivity, profile
@@ -105,8 +104,8 @@ def link_peak_memory_mb(lm: LoadedModel, segments: Sequence[Segment], method: st
         return float("nan"), "unavailable"
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
                  with_stack=True) as prof:
-        res = link(lm, segments, method)
-        del res
+        req = link_only(lm, segments, method_of(method))
+        del req
     cur = peak = 0
     for _, action, _, size in MemoryProfileTimeline(prof._memory_profile()).timeline:
         name = getattr(action, "name", str(action))
@@ -147,17 +146,17 @@ def _time_methods(lm: LoadedModel, seg_of: dict[str, list[Segment]], methods: li
     names = methods + list(peers)
     times: dict[str, list[float]] = {m: [] for m in names}
     recomputed = {}
-    ids = concat_ids(seg_of["full"]).tolist()
+    ids = prompt_ids(seg_of["full"])
     for rep in range(repeats):
         for m in names[rep % len(names):] + names[:rep % len(names)]:
             if m in peers:  # a whole prefill outside ragpic, on the same ids
                 times[m].append(peers[m](ids))
                 recomputed[m] = len(ids)
                 continue
-            res = link(lm, seg_of[m], m, pool=pool)
-            times[m].append(res.seconds)
-            recomputed[m] = res.recomputed
-            pool.release(res.cache)
+            req = link_only(lm, seg_of[m], method_of(m), pool=pool)  # the engine's request, linked
+            times[m].append(req.linked.seconds)
+            recomputed[m] = req.linked.recomputed
+            req.release()
     return times, recomputed
 
 
@@ -211,21 +210,20 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
     tokens = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
     q_ids = query_ids(lm.tokenizer, query_tokens)
     memo: dict = {}
-    pool = SlabPool()  # as in the engine: cache memory is reused from one link to the next
+    pool = new_pool()  # as in the engine: cache memory is reused from one link to the next
     rows, mem_how = [], None
     for li, T in enumerate(context_tokens):
         if T > lm.context_window:
             raise ValueError(f"context of {T} tokens exceeds the model's window of {lm.context_window}")
         chunks, q = bench_prompt(tokens, q_ids, T, chunk_tokens)
         kvs = compile_for(lm, chunks, methods, memo)
-        segs = {r: [chunk_segment(kv) for kv in kv_list] + [Segment(torch.tensor(q, dtype=torch.long))]
-                for r, kv_list in kvs.items()}
-        seg_of = {m: segs[parse_method(m).recipe] for m in methods}
+        segs = {r: prompt_segments(lm.tokenizer, "", kv_list, q) for r, kv_list in kvs.items()}
+        seg_of = {m: segs[variant_key(m)] for m in methods}
         if li == 0:  # warm every code path once (allocator, kernels), untimed
             for m in methods:
-                pool.release(link(lm, seg_of[m], m, pool=pool).cache)
+                link_only(lm, seg_of[m], method_of(m), pool=pool).release()
             for run in peers.values():
-                run(concat_ids(seg_of["full"]).tolist())
+                run(prompt_ids(seg_of["full"]))
         times, recomputed = _time_methods(lm, seg_of, methods, repeats, pool, peers)
         length_rows, mem_how = _rows_for_length(lm, T, seg_of, methods, times, recomputed, len(chunks),
                                                 measure_memory)

@@ -26,46 +26,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.forward import forward_rows
-from ragpic.core.link import LinkResult, link
 from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Segment
+from ragpic.engine.offline import request
 from ragpic.eval import scoring
 from ragpic.eval.data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
 from ragpic.eval.plots import plot_eval
-from ragpic.eval.variants import (
-    DEFAULT_METHODS,
-    build_segments,
-    compile_for,
-    normalize_methods,
-    split_variant,
-    variant_key,
-)
+from ragpic.eval.variants import DEFAULT_METHODS, compile_for, method_of, normalize_methods, prompt_segments, variant_key
 
-__all__ = ["DEFAULT_METHODS", "EvalReport", "build_segments", "compile_for", "evaluate_qa", "format_table",
-           "normalize_methods", "plot_eval", "qa_segments", "run_methods", "teacher_forced_logits"]
+__all__ = ["DEFAULT_METHODS", "EvalReport", "compile_for", "evaluate_qa", "format_table", "normalize_methods",
+           "plot_eval", "prompt_segments", "qa_segments", "run_method", "run_methods"]
 
 METRIC_KEYS = ("f1", "em", "f1_vs_full", "same_as_full", "top1_vs_full", "cos_vs_full", "tf_top1_vs_full",
                "tf_kl_vs_full", "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens", "context_tokens")
-
-
-@torch.inference_mode()
-def teacher_forced_logits(lm: LoadedModel, result: LinkResult, answer_ids: Sequence[int]) -> torch.Tensor:
-    """``(A+1, V)`` fp32: the method's next-token logits at each of ``answer_ids`` and after them.
-
-    Row 0 is the link's own last-token logits; rows 1..A come from one forward of the answer
-    over the linked cache at positions ``n..n+A-1`` (it overwrites whatever decode wrote there).
-    The cache needs ``extra_capacity >= A``.
-    """
-    rows = [result.logits.float()[None]]
-    if len(answer_ids):
-        n, a = result.num_tokens, len(answer_ids)
-        pos = torch.arange(n, n + a, device=lm.device)
-        ids = torch.as_tensor(list(answer_ids), dtype=torch.long, device=lm.device)
-        rows.append(forward_rows(lm, result.cache, ids, pos, n + a, logits_to_keep=0,
-                                 host_positions=torch.arange(n, n + a)).float())  # bands from the host: no sync
-    return torch.cat(rows).cpu()
 
 
 @dataclass(slots=True)
@@ -84,15 +57,16 @@ class MethodRun:
 
 def run_method(lm: LoadedModel, segments: Sequence[Segment], method: str, max_new_tokens: int,
                forced_ids: Sequence[int] | str | None = None) -> MethodRun:
-    """Link, decode greedily, then teacher-force ``forced_ids`` (``"self"``: the method's own answer)."""
-    res = link(lm, segments, split_variant(method)[0], extra_capacity=max_new_tokens + 1)
-    first = res.logits.float().cpu()
-    ids = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=max_new_tokens)))
-    answer = lm.tokenizer.decode(ids, skip_special_tokens=True).strip()
+    """Link, decode greedily, then teacher-force ``forced_ids`` (``"self"``: the method's own answer):
+    the engine's :class:`~ragpic.engine.request.LinkedRequest`, as every entry point runs it."""
+    req = request(lm, segments, method_of(method), max_new_tokens, extra_rows=1).link()
+    first = req.first_logits
+    g = req.run()
     tf = None
     if forced_ids is not None:
-        tf = teacher_forced_logits(lm, res, ids if isinstance(forced_ids, str) else forced_ids)
-    return MethodRun(method, answer, ids, first, tf, res.seconds, res.recomputed, res.num_tokens)
+        tf = req.teacher_forced(g.token_ids if isinstance(forced_ids, str) else forced_ids)
+    # link_rows: what the link forwarded (its cost), as the evaluations have always reported it
+    return MethodRun(method, g.text.strip(), list(g.token_ids), first, tf, g.link_s, g.link_rows, g.prompt_tokens)
 
 
 def against_full(run: MethodRun, full: MethodRun) -> dict:
@@ -191,7 +165,7 @@ def qa_segments(lm: LoadedModel, example: QAExample, methods: Sequence[str], *, 
     compile_s = time.perf_counter() - t0
     prefix = before + QA_INSTRUCTION
     suffix = f"{GLUE}Question: {example.question}{after}"
-    return {recipe: build_segments(lm.tokenizer, prefix, kv, suffix) for recipe, kv in kvs.items()}, compile_s
+    return {recipe: prompt_segments(lm.tokenizer, prefix, kv, suffix, glue=GLUE) for recipe, kv in kvs.items()}, compile_s
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack, template_parts
 from ragpic.eval.evaluate import against_full, run_methods
 from ragpic.eval.plots import plot_heatmaps
-from ragpic.eval.variants import build_segments, compile_for, normalize_methods
+from ragpic.eval.variants import prompt_segments, compile_for, normalize_methods
 
 __all__ = ["format_table", "plot_heatmaps", "run_needle"]
 
@@ -106,14 +106,14 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
                 prefix, texts, suffix = needle_chunks(tok, haystack, length, depth, chunk_tokens=chunk_tokens,
                                                       budget_slack=slack)
                 ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-                segs_probe = build_segments(tok, prefix, [], suffix)
+                segs_probe = prompt_segments(tok, prefix, [], suffix)
                 total = sum(len(i) for i in ids) + sum(s.num_tokens for s in segs_probe)
                 over = total + max_new_tokens + 1 - lm.context_window
                 if over <= 0:
                     break
                 slack += over + 8
             kvs = compile_for(lm, ids, methods, memo)
-            segs = {r: build_segments(tok, prefix, kv, suffix, glue=None) for r, kv in kvs.items()}
+            segs = {r: prompt_segments(tok, prefix, kv, suffix, glue=None) for r, kv in kvs.items()}
             runs = run_methods(lm, segs, methods, max_new_tokens)
             for m, r in runs.items():
                 cells.append({

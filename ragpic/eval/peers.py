@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ragpic.core.default_model import DEFAULT_MODEL, default_gguf
 from ragpic.core.model import LoadedModel
 from ragpic.errors import ConfigError
+from ragpic.paths import DEFAULT_MODEL, default_gguf
 
 __all__ = ["PEERS", "make_peer"]
 

@@ -20,7 +20,7 @@ from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
 from ragpic.eval.evaluate import against_full, run_method
 from ragpic.eval.ruler_tasks import TASKS, RulerSample, generate_sample
-from ragpic.eval.variants import build_segments, compile_for, normalize_methods, variant_key
+from ragpic.eval.variants import prompt_segments, compile_for, normalize_methods, variant_key
 
 __all__ = ["DEFAULT_METHODS", "format_table", "run_ruler", "score_answer", "summarize"]
 
@@ -38,7 +38,7 @@ def _run_sample(lm: LoadedModel, sample: RulerSample, methods: Sequence[str], ma
                 progress: Callable[[str], None] | None, where: str) -> dict:
     """Every method on one sample; returns its JSON record."""
     kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], methods)
-    segs = {r: build_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
+    segs = {r: prompt_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
     runs = {}
     for m in methods:  # full first (normalize_methods puts it there): its answer is everyone's teacher
         forced = "self" if m == "full" else runs["full"].answer_ids

@@ -1,21 +1,22 @@
-"""Method names with KV variants (``legolink-16@int8``), their compiled KV, and the prompt
-builder every evaluation shares: prefix text, chunk, glue, chunk, ..., suffix text."""
+"""Method names with KV variants (``legolink-16@int8``) and their compiled KV.
+
+This is the evaluations' edge: the method names a command line gives are parsed here, once
+(:func:`normalize_methods`, :func:`method_of`); the prompt builder every evaluation shares is
+:func:`ragpic.engine.offline.prompt_segments`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from ragpic.cache.format.entry import round_trip as store_round_trip  # the KV a store with that quant hands back
-from ragpic.core.compile import compile_chunks
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import parse_method
+from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
-from ragpic.core.segments import Segment, chunk_segment, text_segment
+from ragpic.engine.offline import compile_ids, prompt_segments
 from ragpic.errors import ConfigError
-from ragpic.eval.data import GLUE
 
-__all__ = ["DEFAULT_METHODS", "build_segments", "compile_for", "store_round_trip", "normalize_methods",
-           "split_variant", "variant_key"]
+__all__ = ["DEFAULT_METHODS", "compile_for", "method_of", "normalize_methods", "prompt_segments", "split_variant",
+           "store_round_trip", "variant_key"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
 
@@ -27,6 +28,11 @@ def split_variant(name: str) -> tuple[str, str]:
     if quant not in ("", "int8", "int4"):
         raise ConfigError(f"unknown KV variant {quant!r} in method {name!r}: use '@int8' or '@int4'")
     return method, quant or "none"
+
+
+def method_of(name: str) -> Method:
+    """The link method of a method name (its ``@int8``/``@int4`` variant dropped)."""
+    return parse_method(split_variant(name)[0])
 
 
 def variant_key(name: str) -> str:
@@ -61,12 +67,12 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
     out = {}
     for recipe in dict.fromkeys(parse_method(split_variant(m)[0]).recipe for m in methods):
         if memo is None:
-            out[recipe] = compile_chunks(lm, chunk_ids, recipe=recipe)
+            out[recipe] = compile_ids(lm, chunk_ids, recipe)
             continue
         keys = [(recipe, tuple(c)) for c in chunk_ids]
         missing = list(dict.fromkeys(k for k in keys if k not in memo))
         if missing:
-            for k, kv in zip(missing, compile_chunks(lm, [list(k[1]) for k in missing], recipe=recipe)):
+            for k, kv in zip(missing, compile_ids(lm, [list(k[1]) for k in missing], recipe)):
                 memo[k] = kv
         out[recipe] = [memo[k] for k in keys]
     for variant in dict.fromkeys(variant_key(m) for m in methods):
@@ -74,15 +80,3 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
             recipe, quant = variant.split("@")
             out[variant] = [store_round_trip(kv, quant) for kv in out[recipe]]
     return out
-
-
-def build_segments(tokenizer, prefix: str, kvs: Sequence[ChunkKV], suffix: str, glue: str | None = GLUE) -> list[Segment]:
-    """prefix text, chunk, glue, chunk, ..., suffix text (empty texts dropped)."""
-    segs = [text_segment(tokenizer, prefix)] if prefix else []
-    for i, kv in enumerate(kvs):
-        if i and glue:
-            segs.append(text_segment(tokenizer, glue))
-        segs.append(chunk_segment(kv))
-    if suffix:
-        segs.append(text_segment(tokenizer, suffix))
-    return segs
