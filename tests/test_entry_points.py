@@ -1,4 +1,4 @@
-"""One prompt, four entry points, one meaning of every count (docs/ARCHITECTURE.md §3, *Counts*).
+"""One prompt, four entry points, one meaning of every count (docs/ARCHITECTURE.md §1.2).
 
 ``RagPic.generate``, the LlamaIndex LLM, the LangChain chat model and ``ragpic serve`` all drive
 the engine's :class:`~ragpic.engine.request.LinkedRequest`, so for the same chat messages over

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.detok import Detokenizer, held_back
+from ragpic.engine.detok import Detokenizer, held_back
 from ragpic.core.link import link
 from ragpic.core.segments import Segment
 from tiny import tiny_lm

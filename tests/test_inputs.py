@@ -10,7 +10,7 @@ import pytest
 from ragpic import Config, RagPic
 from ragpic.core.decode import Sampling
 from ragpic.core.methods import parse_method
-from ragpic.core.detok import Detokenizer
+from ragpic.engine.detok import Detokenizer
 from ragpic.errors import ConfigError, RagPicError
 from tiny import tiny_lm
 

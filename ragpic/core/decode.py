@@ -3,7 +3,7 @@
 :class:`Decoder` holds one request's state (sampling, EOS, per-token buffers made once:
 :class:`DecodeBuffers`) and is the one token loop: :func:`decode_tokens` drives it alone, the
 engine's request (:class:`ragpic.engine.request.LinkedRequest`) one step at a time or in a
-batch. Ids become text in :mod:`ragpic.core.detok`.
+batch. Ids become text in :mod:`ragpic.engine.detok`.
 """
 
 from __future__ import annotations

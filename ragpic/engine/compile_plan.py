@@ -1,6 +1,6 @@
 """What a compile of chunk texts will do, decided once for ``RagPic.compile`` and the server.
 
-:func:`plan_compile` applies the rules every compile obeys (docs/ARCHITECTURE.md §3): a text is
+:func:`plan_compile` applies the rules every compile obeys (docs/ARCHITECTURE.md §1.1): a text is
 compiled exactly as it will appear in prompts, an empty one is refused, one shorter than
 ``min_chunk_tokens`` is never cached or matched (skipped, or refused where the caller named it
 explicitly: the server's ``/v1/context_cache``), one longer than the model's window (less the

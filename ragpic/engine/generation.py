@@ -40,7 +40,7 @@ class Generation:
 
     Every count is computed in one place, :func:`ragpic.engine.request.token_counts`, and means
     the same from ``RagPic.generate``, the framework classes and ``ragpic serve``
-    (docs/ARCHITECTURE.md §3, *Counts*). ``ttft_s`` runs from the call (the server: the
+    (docs/ARCHITECTURE.md §1.2). ``ttft_s`` runs from the call (the server: the
     request's arrival) to the first generated token: segmenting, loading KV, compiling misses,
     linking and picking the token. ``link_s`` is the link forward alone. ``recomputed_tokens``
     of ``prompt_tokens`` are the distinct positions the link computed; ``link_rows`` the rows

@@ -1,6 +1,6 @@
 """One prompt on its way to its answer: the request object every entry point runs.
 
-:class:`LinkedRequest` is the pipeline of docs/ARCHITECTURE.md §3, once: made by
+:class:`LinkedRequest` is the pipeline of docs/ARCHITECTURE.md §1.1, once: made by
 :meth:`ragpic.RagPic.plan` (segments matched, KV loaded or compiled, link planned) or, for the
 evaluations, straight from segments; then
 
@@ -25,7 +25,7 @@ import torch
 
 from ragpic.core.batch import BatchNotHonoured, batched_decode_step, supports_batching
 from ragpic.core.decode import Decoder, Sampling
-from ragpic.core.detok import Detokenizer
+from ragpic.engine.detok import Detokenizer
 from ragpic.core.forward import forward_rows
 from ragpic.core.link import ChunkedLink, LinkResult
 from ragpic.core.methods import Method
@@ -38,7 +38,7 @@ __all__ = ["LinkedRequest", "step_many", "token_counts"]
 
 
 def token_counts(segments: Sequence[Segment], rows: torch.Tensor, fresh: frozenset[int] | set[int]) -> tuple[int, int]:
-    """``(cached_tokens, recomputed_tokens)`` of a linked prompt (docs/ARCHITECTURE.md §3, *Counts*).
+    """``(cached_tokens, recomputed_tokens)`` of a linked prompt (docs/ARCHITECTURE.md §1.2).
 
     ``rows``: ``(N,)`` bool, the positions the link wrote fresh; ``fresh``: indices of the
     chunk segments compiled for this request (not read from a store). ``recomputed`` is the

@@ -6,7 +6,7 @@
 and :func:`step` runs one decode forward for a list of running requests
 (:func:`~ragpic.engine.request.step_many`: batched when the model supports it). Those run on the
 scheduler thread, the only one that touches the model. The request object is the engine's own,
-so the server's answers, counts and timings are ``RagPic.generate``'s (docs/ARCHITECTURE.md §3).
+so the server's answers, counts and timings are ``RagPic.generate``'s (docs/ARCHITECTURE.md §1.1).
 """
 
 from __future__ import annotations
