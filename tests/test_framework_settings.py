@@ -86,7 +86,9 @@ def test_langchain_counts_tokens_with_the_models_tokenizer(engine):
 def test_langchain_usage_reports_cache_reads_and_the_model_name(engine):
     msg = ChatRagPic(engine=engine).invoke(f"context: {PASSAGE} question: what?")
     details = msg.usage_metadata["input_token_details"]
-    n = len(engine.lm.tokenizer(PASSAGE, add_special_tokens=False)["input_ids"])
+    # the passage's tokens whose stored KV the link kept: LegoLink-16 recomputes its first 16
+    n = len(engine.lm.tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]) - 16
+    assert engine.config.method == "legolink-16"
     assert details["cache_read"] == n and details["cache_creation"] == 0
     assert msg.response_metadata["model_name"] == engine.lm.name != "ragpic"
     result = RagPicLLM(engine=engine).generate([f"context: {PASSAGE} question: what?"])

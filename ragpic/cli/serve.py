@@ -79,8 +79,15 @@ def check(args: argparse.Namespace) -> None:
     check_model(args.model)
     need_module("fastapi", "ragpic serve", "serve")
     need_module("uvicorn", "ragpic serve", "serve")
-    if args.store and args.store.startswith("redis"):
-        need_module("redis", "--store redis://", "redis")
+    if args.store:  # the store spec's own rule for its kind (ragpic/cache/backends/kinds.py)
+        from ragpic.cache.backends.kinds import store_kind
+
+        try:
+            kind, _ = store_kind(args.store)
+        except ValueError as e:
+            raise UsageError(f"--store {args.store}: {e}") from None
+        if kind.needs:
+            need_module(kind.needs[0], f"--store {kind.name}", kind.needs[1])
     args.keys = api_keys(args)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.keys:
         logging.getLogger("ragpic.serve").warning("listening on %s without --api-key", args.host)
