@@ -17,7 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ragpic.core.methods import METHOD_HELP, parse_method  # stdlib-only module
+from ragpic.core.kv_quant import NAMES, KVQuant  # stdlib-only modules
+from ragpic.core.methods import METHOD_HELP, parse_method
 from ragpic.errors import ConfigError, RagPicError, UsageError
 
 __all__ = ["Parser", "at_least", "csv_of", "fraction", "method_name", "method_list", "device_name",
@@ -70,7 +71,7 @@ def csv_of(kind):
 def method_name(text: str, *, variants: bool = False, bare_legolink: bool = False) -> str:
     """An argparse type: a link method (``@int8`` / ``@int4`` suffix allowed when ``variants``)."""
     method, _, quant = text.strip().partition("@")
-    if quant and not (variants and quant in ("int8", "int4")):
+    if quant and not (variants and quant in NAMES and quant != KVQuant.NONE):
         raise argparse.ArgumentTypeError(f"{text!r}: the only variants are '@int8' and '@int4' (eval only), "
                                          f"e.g. legolink-16@int4")
     if bare_legolink and method.lower() == "legolink":

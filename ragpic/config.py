@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ragpic.checks import check_int, check_number
+from ragpic.core.kv_quant import KVQuant, parse_kv_quant
 from ragpic.core.methods import parse_method
 from ragpic.errors import ConfigError
 from ragpic.paths import cache_dir, kv_folder  # re-exported: ragpic.kv_folder, ragpic.config.cache_dir
 
 __all__ = ["Config", "cache_dir", "kv_folder"]
 
-KV_QUANTS = ("none", "int8", "int4")
 DTYPES = (None, "auto", "float32", "bfloat16", "float16")
 
 
@@ -61,7 +61,7 @@ class Config:
     store_size_limit_gb: float = 8.0
     memory_cache_mb: int = 512
     store_stats_interval_s: float = 300.0
-    kv_quant: str = "int8"
+    kv_quant: str | KVQuant = "int8"
     compile_on_miss: bool = True
     max_new_tokens: int = 256
     temperature: float = 0.0
@@ -72,8 +72,7 @@ class Config:
 
     def __post_init__(self) -> None:
         parse_method(self.method)  # raises with the list of valid methods
-        if self.kv_quant not in KV_QUANTS:
-            raise ConfigError(f"kv_quant must be one of {KV_QUANTS}, got {self.kv_quant!r}")
+        self.kv_quant = parse_kv_quant(self.kv_quant)  # parsed here; a KVQuant below
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float32, bfloat16, float16, auto or None, got {self.dtype!r}")
         for name in ("max_new_tokens", "batch_tokens", "min_chunk_tokens"):

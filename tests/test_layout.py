@@ -26,6 +26,7 @@ ALLOWED = {
     "ragpic.checks": ("ragpic.errors",),
     "ragpic.core.ops": ("ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.methods": ("ragpic.errors",),
+    "ragpic.core.kv_quant": ("ragpic.errors",),
     # below the link (docs/ARCHITECTURE.md §2): chunk KV and segments, the model record, the
     # forward step and decode never import ragpic.core.link
     "ragpic.core.kv": ("ragpic.core.methods", "ragpic.core.ops", "ragpic.errors"),
@@ -37,14 +38,15 @@ ALLOWED = {
                            "ragpic.errors"),
     "ragpic.core.link": ("ragpic.core", "ragpic.errors"),
     "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.paths"),
-    "ragpic.config": ("ragpic.paths", "ragpic.core.methods", "ragpic.errors", "ragpic.checks"),
+    "ragpic.config": ("ragpic.paths", "ragpic.core.methods", "ragpic.core.kv_quant", "ragpic.errors", "ragpic.checks"),
     # the argument types, parser and exit codes of both command lines (ragpic.cli, ragpic.demo)
-    "ragpic.cmdline": ("ragpic.core.methods", "ragpic.core.gguf", "ragpic.errors"),
+    "ragpic.cmdline": ("ragpic.core.methods", "ragpic.core.kv_quant", "ragpic.core.gguf", "ragpic.errors"),
     # inside the cache, layers flow tools -> store -> backends -> format (ARCHITECTURE §2)
-    "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.kv", "ragpic.core.methods",
+    "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.kv", "ragpic.core.kv_quant", "ragpic.core.methods",
                             "ragpic.errors"),
     "ragpic.cache.backends": ("ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
     "ragpic.cache.store": ("ragpic.cache.store", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.core.kv",
+                           "ragpic.core.kv_quant",
                            "ragpic.core.segments", "ragpic.errors"),
     "ragpic.cache.tools": ("ragpic.cache.tools", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
     "ragpic.cache": ("ragpic.cache.format", "ragpic.cache.store"),  # the package itself: its public names
@@ -223,9 +225,9 @@ def test_the_store_kinds_table_names_tools_that_exist():
 
 # What ragpic.serve and ragpic.eval may take from ragpic.core: type names (for annotations and
 # the records they read), never a function that runs part of the pipeline: that is the engine's.
-CORE_TYPES = {"ChunkKV", "LinkResult", "LoadedModel", "Method", "Sampling", "Segment", "SlabPool"}
+CORE_TYPES = {"ChunkKV", "KVQuant", "LinkResult", "LoadedModel", "Method", "Sampling", "Segment", "SlabPool"}
 # The evaluations' edge parses the method names a command line gives (ragpic/eval/variants.py).
-CORE_EDGE = {"ragpic.eval.variants": {"parse_method"}}
+CORE_EDGE = {"ragpic.eval.variants": {"parse_method", "NAMES"}}
 
 
 def core_names_imported(name: str, path: Path) -> set[str]:

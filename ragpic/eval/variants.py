@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ragpic.cache.format.entry import round_trip as store_round_trip  # the KV a store with that quant hands back
 from ragpic.core.kv import ChunkKV
+from ragpic.core.kv_quant import NAMES, KVQuant
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
 from ragpic.engine.offline import compile_ids, prompt_segments
@@ -25,9 +26,9 @@ def split_variant(name: str) -> tuple[str, str]:
     """``"legolink-16@int8"`` -> ``("legolink-16", "int8")``: a method linking int8-stored KV
     (``@int4`` likewise)."""
     method, _, quant = name.partition("@")
-    if quant not in ("", "int8", "int4"):
+    if quant and (quant not in NAMES or quant == KVQuant.NONE):
         raise ConfigError(f"unknown KV variant {quant!r} in method {name!r}: use '@int8' or '@int4'")
-    return method, quant or "none"
+    return method, KVQuant(quant or "none")
 
 
 def method_of(name: str) -> Method:

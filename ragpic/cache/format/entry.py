@@ -29,6 +29,7 @@ import sys
 
 import torch
 
+from ragpic.core.kv_quant import parse_kv_quant
 from ragpic.cache.format.entry_header import (DTYPES, FORMAT_VERSION, MAGIC, PREFIX, QUANTS, payload_layout,
                                               section_nbytes, verify)
 from ragpic.cache.format.int4 import dequantize_int4, quantize_int4
@@ -54,8 +55,7 @@ def encode(kv: ChunkKV, *, text: str, quant: str = "none") -> bytes:
         ValueError: unknown ``quant``, unsupported dtype, keys/values dtype mismatch, or
             (int8, int4) non-finite values, (int4) an odd head_dim.
     """
-    if quant not in QUANTS:
-        raise ValueError(f"unknown quant {quant!r}: expected one of {QUANTS}")
+    quant = parse_kv_quant(quant, "quant")
     if kv.is_quantized and quant != "int8":  # int8 KV stored otherwise: as what it stands for
         kv = kv.to("cpu", kv.quant_dtype)
     if kv.keys.dtype != kv.values.dtype:

@@ -37,11 +37,12 @@ from typing import Any
 import torch
 
 from ragpic.cache.format.int4 import section_shapes
+from ragpic.core.kv_quant import NAMES
 from ragpic.errors import CorruptEntry
 
 MAGIC = b"RPKV"
 FORMAT_VERSION = 1
-QUANTS = ("none", "int8", "int4")
+QUANTS = NAMES  # the one table of KV-quant names (ragpic/core/kv_quant.py)
 
 PREFIX = struct.Struct("<4sHI16s")  # magic, format version, header length, header digest
 _MAX_HEADER = 64 * 2**20

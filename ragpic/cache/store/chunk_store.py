@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from ragpic.cache.backends.base import KVBackend
 from ragpic.cache.format.entry import decode, encode, round_trip
-from ragpic.cache.format.entry_header import QUANTS
+from ragpic.core.kv_quant import parse_kv_quant
 from ragpic.cache.format.expect import Expected
 from ragpic.cache.store.breaker import Breaker
 from ragpic.cache.store.catalog_view import StoreCatalog
@@ -61,8 +61,7 @@ class ChunkStore:
                  quant: str = "none", verify_keys: bool = True, cooldown_s: float = 1.0,
                  max_backoff_s: float = 60.0, catalog_refresh_s: float = 30.0,
                  stats_interval_s: float = 300.0) -> None:
-        if quant not in QUANTS:
-            raise ValueError(f"unknown quant {quant!r}: expected one of {QUANTS}")
+        quant = parse_kv_quant(quant, "quant")
         self.backend, self.fingerprint, self.quant, self.verify_keys = backend, fingerprint, quant, verify_keys
         self._guard = Guard(backend, Breaker(cooldown_s, max(cooldown_s, max_backoff_s)), self._count)
         self._counts = StoreCounters(stats_interval_s)
