@@ -15,10 +15,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragpic.paths import cache_dir
 from ragpic.demo.corpus import BUNDLED, Changes, SourceFile, describe, diff_files, load_manifest, save_manifest
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
 
 
 def demo_home() -> Path:
@@ -46,7 +49,7 @@ class SyncReport:
         return describe(self.changes, self.new_chunks, self.compiled, self.dropped)
 
 
-def _splitter(engine, chunk_tokens: int):
+def _splitter(engine: "RagPic", chunk_tokens: int):
     from llama_index.core.node_parser import SentenceSplitter
 
     tok = engine.lm.tokenizer  # chunk sizes in the model's own tokens
@@ -91,7 +94,7 @@ def _build(nodes: list, embed) -> Any:
     return VectorStoreIndex(nodes, storage_context=storage, embed_model=embed)  # embeds nodes lacking one
 
 
-def sync_index(engine, folder: Path, corpus: list[SourceFile], source: str, chunk_tokens: int,
+def sync_index(engine: "RagPic", folder: Path, corpus: list[SourceFile], source: str, chunk_tokens: int,
                embed) -> tuple[Any, SyncReport]:
     """Open the index of ``corpus`` in ``folder``, ingesting only what changed since the last run."""
     from ragpic.retriever_hooks.llamaindex import compile_index, load_faiss_index, node_text, persist_index

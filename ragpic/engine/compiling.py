@@ -16,12 +16,17 @@ exactly the chunks whose pieces all finished, each whole and valid.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import queue
 from collections.abc import Sequence
 
 from ragpic.core.compile import ChunkInParts, compile_chunks
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import Method, recipe_dummies
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
 
 __all__ = ["CompileWork", "store_pieces", "tokenized"]
 
@@ -130,7 +135,7 @@ class CompileWork:
         self.results.put(_ENDED)
 
 
-def tokenized(engine, todo: Sequence[tuple[str, str]]) -> list[tuple[str, str, list[int]]]:
+def tokenized(engine: "RagPic", todo: Sequence[tuple[str, str]]) -> list[tuple[str, str, list[int]]]:
     """``(key, text)`` -> ``(key, text, token ids)``: tokenized off the model thread."""
     tok = engine.lm.tokenizer
     return [(key, text, tok(text, add_special_tokens=False)["input_ids"]) for key, text in todo]

@@ -12,6 +12,8 @@ and Transfer-Encoding) is refused: a proxy in front may frame it the other way (
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -26,6 +28,9 @@ from ragpic.serve.metrics import Metrics
 from ragpic.serve.responses import error_response
 from ragpic.serve.scheduler import Scheduler
 from ragpic.serve.tenants import Tenants
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
 
 __all__ = ["ServeSettings", "create_app"]
 
@@ -105,7 +110,7 @@ def _add_drain(app: FastAPI, sched: Scheduler) -> None:
     app.state.drain = drain
 
 
-def create_app(engine, settings: ServeSettings) -> FastAPI:
+def create_app(engine: "RagPic", settings: ServeSettings) -> FastAPI:
     """An app serving ``engine``; its scheduler thread starts and stops with the app."""
     metrics = Metrics()
     sched = Scheduler(engine, max_batch=settings.max_batch, max_queue=settings.max_queue,

@@ -10,6 +10,8 @@ finished answer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import json
 import logging
@@ -27,6 +29,9 @@ from ragpic.serve.responses import DONE, Reply, error_response, finish_reason
 from ragpic.errors import ClientGone, QueueFull, ShuttingDown
 from ragpic.serve.scheduler import Scheduler
 from ragpic.serve.tenants import Tenants
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
 
 __all__ = ["Completions", "error_of", "read_json"]
 
@@ -73,7 +78,7 @@ class Completions:
         body_limit: largest request body in bytes.
     """
 
-    def __init__(self, engine, sched: Scheduler, model_ids: list[str], body_limit: int,
+    def __init__(self, engine: "RagPic", sched: Scheduler, model_ids: list[str], body_limit: int,
                  body_timeout: float | None = None, tenants: Tenants | None = None):
         self.engine, self.sched, self.model_ids, self.body_limit = engine, sched, model_ids, body_limit
         self.body_timeout, self.tenants = body_timeout, tenants or Tenants()

@@ -14,6 +14,8 @@ deletes only its own, and ``compiled`` means "new in the caller's namespace".
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 
 from fastapi import FastAPI, Request
@@ -25,12 +27,16 @@ from ragpic.errors import ChunkError, ClientGone
 from ragpic.serve.bodies import BadRequest, quote
 from ragpic.serve.tenants import Tenants
 
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
+    from ragpic.serve.scheduler import Scheduler
+
 __all__ = ["add_cache_routes", "namespace_of", "texts_of"]
 
 MAX_TEXTS = 1024
 
 
-def texts_of(engine, ids: list[str]) -> dict[str, str]:
+def texts_of(engine: "RagPic", ids: list[str]) -> dict[str, str]:
     """``id -> text`` of the ids that are stored (blocking: the store may be remote)."""
     present = {i for i, hit in zip(ids, engine.store.contains_many(ids)) if hit}
     if not present:
@@ -65,7 +71,7 @@ async def _watch(request: Request, caller: _Caller) -> None:
     caller.cancelled = True
 
 
-def _compile(engine, sched, texts: list[str], method: str | None, max_tokens: int | None, caller) -> list[dict]:
+def _compile(engine: "RagPic", sched: "Scheduler", texts: list[str], method: str | None, max_tokens: int | None, caller) -> list[dict]:
     """On a worker thread: check (the rules of ``RagPic.compile``: :func:`plan_compile`), compile
     what is new in pieces on the scheduler (between decode steps, docs/SERVING.md, *The turn*),
     and describe every text."""
@@ -96,7 +102,7 @@ def _bound(counts: list[int], max_tokens: int | None) -> None:
                          f"(--max-compile-tokens): send them in several requests", status=413, param="texts")
 
 
-def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_of, tenants: Tenants,
+def add_cache_routes(app: FastAPI, engine: "RagPic", sched: "Scheduler", limit: int, read_json, error_of, tenants: Tenants,
                      max_compile_tokens: int | None = None) -> None:
     """Add the three routes to ``app`` (compiles run in pieces on ``sched``'s turns)."""
 
@@ -147,5 +153,5 @@ def add_cache_routes(app: FastAPI, engine, sched, limit: int, read_json, error_o
         return JSONResponse({"id": cache_id, "object": "context_cache", "deleted": True})
 
 
-def _delete(engine, cache_id: str) -> None:
+def _delete(engine: "RagPic", cache_id: str) -> None:
     engine.store.delete_many([cache_id])  # its catalog row and text go with it

@@ -15,6 +15,8 @@ ends everything still there with that error. A failure ends its own request; the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import collections
 import concurrent.futures
 import logging
@@ -30,6 +32,9 @@ from ragpic.serve.outcomes import QueueFull, ShuttingDown, failed, wait_idle
 from ragpic.serve.policy import Decoding, Limits, Request, State, Work, postprocess, schedule
 from ragpic.serve.running import begin
 from ragpic.serve.worker import Worker
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
 
 __all__ = ["QueueFull", "Scheduler", "ShuttingDown", "wait_idle"]
 
@@ -53,7 +58,7 @@ class Scheduler:
         metrics: where it counts what it does.
     """
 
-    def __init__(self, engine, *, max_batch: int = 8, max_queue: int = 64, max_prompt_tokens: int | None = None,
+    def __init__(self, engine: "RagPic", *, max_batch: int = 8, max_queue: int = 64, max_prompt_tokens: int | None = None,
                  link_piece: int | None = 512, max_kv_rows: int | None = None, metrics: Metrics | None = None):
         self.engine, self.max_batch, self.max_queue, self.link_piece = engine, max_batch, max_queue, link_piece
         self.max_prompt_tokens = max_prompt_tokens or engine.context_window

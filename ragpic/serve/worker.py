@@ -9,6 +9,8 @@ running requests it names. Only model steps run here. Every request leaves throu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
 
 from ragpic.engine.compiling import CompileWork
@@ -17,6 +19,9 @@ from ragpic.serve.metrics import Metrics
 from ragpic.serve.outcomes import ShuttingDown, count_link, dropped, failed, finished
 from ragpic.serve.policy import Turn
 from ragpic.serve.running import Running, start, step
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
 
 __all__ = ["Worker"]
 
@@ -27,7 +32,7 @@ class Worker:
     """The work on the model thread. ``linking``: the one request being linked (it holds a
     batch slot); ``running``: the requests decoding; ``compiles``: compiles with pieces left."""
 
-    def __init__(self, engine, metrics: Metrics):
+    def __init__(self, engine: "RagPic", metrics: Metrics):
         self.engine, self.metrics = engine, metrics
         self.linking: Running | None = None
         self.running: list[Running] = []
