@@ -121,7 +121,7 @@ def run(*, chunks: int = 8, runs: int = 5, tokens: int = 512, layers: int = 30, 
                                                     memory_bytes=0, quant=quant),
                 }
                 if redis_url:
-                    from ragpic.cache.backends.redis_backend import RedisBackend
+                    from ragpic.cache.backends.redis.backend import RedisBackend
 
                     tiers["redis"] = lambda: ChunkStore(RedisBackend(redis_url, prefix=f"bench:{dname}:{quant}:"),
                                                         fingerprint=FP, memory_bytes=0, quant=quant)

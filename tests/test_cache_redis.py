@@ -18,7 +18,7 @@ pytestmark = pytest.mark.redis
 
 
 def _store(url: str, **kw) -> tuple[ChunkStore, str]:
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     backend = RedisBackend(url, prefix=prefix, ttl_s=kw.pop("ttl_s", None))
@@ -37,7 +37,7 @@ def _fill(store: ChunkStore, seeds, tokens: int = 64) -> dict:
 def test_round_trip_and_catalog_across_instances(redis_url: str) -> None:
     store, prefix = _store(redis_url)
     items = _fill(store, range(5))
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     again = ChunkStore(RedisBackend(redis_url, prefix=prefix), fingerprint=FP, memory_bytes=0)
     assert again.texts() == {k: t for k, (_, t) in items.items()}

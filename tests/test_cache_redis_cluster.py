@@ -28,7 +28,7 @@ def cluster():
 
 
 def _backend(url: str, prefix: str | None = None):
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     return RedisBackend(url, prefix=prefix or f"t{uuid.uuid4().hex[:8]}:")
 

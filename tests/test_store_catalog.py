@@ -74,7 +74,7 @@ def test_dropped_entries_leave_matching(kind, tmp_path, request):
     if kind == "redis":
         import uuid
 
-        from ragpic.cache.backends.redis_backend import RedisBackend
+        from ragpic.cache.backends.redis.backend import RedisBackend
 
         backend = RedisBackend(request.getfixturevalue("redis_url"), prefix=f"t{uuid.uuid4().hex[:8]}:")
     else:
@@ -105,7 +105,7 @@ def test_dropped_entries_leave_matching(kind, tmp_path, request):
 def test_a_redis_entry_that_expired_leaves_matching_on_the_next_catalog_read(redis_url):
     import uuid
 
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     store = ChunkStore(RedisBackend(redis_url, prefix=f"t{uuid.uuid4().hex[:8]}:"), fingerprint=FP,
                        memory_bytes=0)

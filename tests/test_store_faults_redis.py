@@ -29,7 +29,7 @@ BUDGET = 0.25
 
 
 def _store(url: str, prefix: str | None = None, **kw) -> ChunkStore:
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     backend = RedisBackend(url, prefix=prefix or f"t{uuid.uuid4().hex[:8]}:", timeout_s=BUDGET)
     return ChunkStore(backend, fingerprint=FP, memory_bytes=0, **kw)

@@ -34,7 +34,7 @@ def _store(kind: str, tmp_path: Path, url: str | None = None) -> ChunkStore:
     if kind == "redis":
         import uuid
 
-        from ragpic.cache.backends.redis_backend import RedisBackend
+        from ragpic.cache.backends.redis.backend import RedisBackend
 
         return ChunkStore(RedisBackend(url, prefix=f"t{uuid.uuid4().hex[:8]}:"), fingerprint=FP, memory_bytes=0)
     backend = DiskBackend(tmp_path / "kv", fingerprint=FP) if kind == "folder" else MemoryBackend(1 << 20)

@@ -123,7 +123,7 @@ def test_stats_cli_prints_json_and_refuses_what_is_not_a_store(tmp_path: Path, c
 
 @pytest.mark.redis
 def test_redis_counters_and_report(redis_url: str) -> None:  # noqa: F811
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     items = _items(range(5))
@@ -142,7 +142,7 @@ def test_redis_counters_and_report(redis_url: str) -> None:  # noqa: F811
 
 @pytest.mark.redis
 def test_cluster_counters_and_report() -> None:
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     cluster = RedisCluster()
     try:

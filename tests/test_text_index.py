@@ -88,7 +88,7 @@ def test_removed_chunks_stop_matching_and_texts_by_key(kind, tmp_path):
 def test_redis_rows_are_shared_between_workers(redis_url):
     import uuid
 
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     a, b = RedisBackend(redis_url, prefix=prefix), RedisBackend(redis_url, prefix=prefix)

@@ -1,6 +1,6 @@
 """Where entry bytes persist: the :class:`KVBackend` base class (:mod:`.base`) and its media,
 memory (:mod:`.memory`), a folder (:mod:`.disk`) and Redis or a Redis Cluster
-(:mod:`.redis_backend`, imported lazily: redis-py is an optional dependency). What
+(:mod:`.redis`, imported lazily: redis-py is an optional dependency). What
 ``store=`` accepts is :mod:`.spec`; how each kind of store opens, is checked and is reported,
 :mod:`.kinds` (one row per kind)."""
 
@@ -17,7 +17,7 @@ __all__ = ["KVBackend", "MemoryBackend", "DiskBackend", "RedisBackend"]
 
 def __getattr__(name: str) -> Any:
     if name == "RedisBackend":
-        from ragpic.cache.backends.redis_backend import RedisBackend
+        from ragpic.cache.backends.redis.backend import RedisBackend
 
         return RedisBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

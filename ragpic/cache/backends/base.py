@@ -6,7 +6,7 @@ one *catalog* per model fingerprint, ``key -> chunk text`` plus each text's anch
 :mod:`ragpic.cache.format.anchors`), which lets the engine find stored chunks in a prompt after
 a restart. The catalog changes with the entries: a row is written with its entry, and removed
 when the entry is evicted or dropped, in the same transaction where the medium has them
-(docs/ARCHITECTURE.md §2). Implementations: :mod:`.memory`, :mod:`.disk`, :mod:`.redis_backend`.
+(docs/ARCHITECTURE.md §2). Implementations: :mod:`.memory`, :mod:`.disk`, :mod:`.redis`.
 
 The abstract methods are the medium's; the others have defaults built on them, which a
 backend overrides when its medium does better (one round trip, an index). Backends may raise

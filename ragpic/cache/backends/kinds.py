@@ -76,7 +76,7 @@ def _open_folder(target: str, o: OpenOptions) -> KVBackend:
 
 
 def _open_redis(target: str, o: OpenOptions) -> KVBackend:
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     return RedisBackend(target, ttl_s=o.redis_ttl_s, timeout_s=o.budget_s)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ragpic.cache.tools.check_result import CheckResult, verify_keyed
 from ragpic.cache.format.entry_header import CorruptEntry, read_header
-from ragpic.cache.backends.redis_backend import RedisBackend
+from ragpic.cache.backends.redis.backend import RedisBackend
 
 
 def check_redis(url: str, *, repair: bool, prefix: str = "ragpic:") -> CheckResult:

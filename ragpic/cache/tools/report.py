@@ -109,7 +109,7 @@ def folder_report(target: str | os.PathLike[str], *, prefix: str = "ragpic:", sa
 
 def redis_report(url: str, *, prefix: str = "ragpic:", sample: int = SAMPLE) -> StoreReport:
     """Figures of the Redis store (or cluster) at ``url`` under ``prefix``."""
-    from ragpic.cache.backends.redis_backend import RedisBackend
+    from ragpic.cache.backends.redis.backend import RedisBackend
 
     backend = RedisBackend(url, prefix=prefix, timeout_s=5.0)
     report = StoreReport(target=url, kind="redis-cluster" if backend.cluster else "redis")

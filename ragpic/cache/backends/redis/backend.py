@@ -4,8 +4,8 @@ Keys, for a store key ``k`` and prefix ``p``::
 
     p + "kv:" + k              the entry bytes
     p + "meta:" + k            the payload length as ASCII; written *after* the payload
-    p + "catalog:" + fp        hash  key -> chunk text  (see ChunkStore.texts(), redis_catalog.py)
-    p + "tidx:" + fp + ":..."  the anchors of the catalog's texts (see redis_text.py)
+    p + "catalog:" + fp        hash  key -> chunk text  (see ChunkStore.texts(), catalog.py)
+    p + "tidx:" + fp + ":..."  the anchors of the catalog's texts (see text.py)
     p + "counters"             hash  hits, misses, ... added by every store (ragpic store stats)
 
 On a Redis Cluster (``redis-cluster://host:port,...``) the entry keys carry a hash tag,
@@ -42,9 +42,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ragpic.cache.backends.base import KVBackend
-from ragpic.cache.backends.redis_catalog import RedisCatalog
-from ragpic.cache.backends.redis_inspect import RedisInspection
-from ragpic.cache.backends.redis_text import RedisTextRows
+from ragpic.cache.backends.redis.catalog import RedisCatalog
+from ragpic.cache.backends.redis.inspect import RedisInspection
+from ragpic.cache.backends.redis.text import RedisTextRows
 from ragpic.cache.backends.spec import cluster_nodes
 from ragpic.cache.format.entry_header import read_header
 

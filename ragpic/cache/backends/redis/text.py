@@ -1,4 +1,4 @@
-"""The text-index half of a Redis store's catalog (see :mod:`.redis_backend`).
+"""The text-index half of a Redis store's catalog (see :mod:`.backend`).
 
 Keys, for prefix ``p`` and fingerprint ``fp``, beside the catalog hash ``p + "catalog:" + fp``
 (``key -> text``, which is also where texts are read by key)::

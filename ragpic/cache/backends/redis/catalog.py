@@ -1,8 +1,8 @@
 """RedisCatalog: a Redis store's catalog calls, over the hash ``p + "catalog:" + fp``
-(``key -> chunk text``) and its anchor rows (:mod:`.redis_text`); see
-:mod:`.redis_backend` for the keys and for the transaction that writes a row with its entry.
+(``key -> chunk text``) and its anchor rows (:mod:`.text`); see
+:mod:`.backend` for the keys and for the transaction that writes a row with its entry.
 
-A mixin of :class:`~ragpic.cache.backends.redis_backend.RedisBackend` (it uses its client
+A mixin of :class:`~ragpic.cache.backends.redis.backend.RedisBackend` (it uses its client
 ``_r``, ``cluster``, ``_catalog``, ``_text``, ``_text_ready`` and ``contains_many``), as
 :class:`~ragpic.cache.backends.disk.catalog.FolderCatalog` is of the folder store.
 """
@@ -15,7 +15,7 @@ from ragpic.cache.format.anchors import Posting
 
 
 class RedisCatalog:
-    """The catalog half of :class:`~ragpic.cache.backends.redis_backend.RedisBackend`."""
+    """The catalog half of :class:`~ragpic.cache.backends.redis.backend.RedisBackend`."""
 
     def catalog(self, fingerprint: str) -> dict[str, str]:
         """``key -> text`` for this fingerprint's entries that are stored (payload and meta)."""

@@ -1,6 +1,6 @@
 """RedisInspection: what ``ragpic store stats`` and ``ragpic store check`` read of a Redis
 store beyond the query path: the shared counters and a scan of every key under the prefix.
-A mixin of :class:`~ragpic.cache.backends.redis_backend.RedisBackend` (it uses its client
+A mixin of :class:`~ragpic.cache.backends.redis.backend.RedisBackend` (it uses its client
 ``_r``, ``prefix``, ``cluster``, ``_tag`` and ``_kv``).
 """
 
