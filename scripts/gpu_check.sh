@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check (docs/RESULTS.md §7): one run, one summary table, under 8 minutes on one GPU.
 #
-#   1. the device tests, `pytest -m cuda tests/test_cuda.py`: the folded-heads attention under
+#   1. the device tests, `pytest -m cuda tests/core/test_cuda.py`: the folded-heads attention under
 #      each SDPA backend (efficient, cuDNN, math) for several shapes; every method plus 8 greedy
 #      tokens in bf16 on tiny models and on SmolLM2 against an fp32 CPU run (tolerance + top-1);
 #      the sync count of a link and of a decode step; the slab pool; int8 on the device; loading;
@@ -44,7 +44,7 @@ export GPU_CHECK_CONTEXTS=${RAGPIC_GPU_CHECK_CONTEXTS:-4096,8192}
 [ "$DEVICE" = cpu ] && export RAGPIC_TEST_DEVICE=cpu
 
 echo "gpu_check: device tests (log: $LOGS/pytest.log)"
-timeout 330 "$PY" -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider -o junit_family=xunit2 \
+timeout 330 "$PY" -m pytest -q -m cuda tests/core/test_cuda.py -p no:cacheprovider -o junit_family=xunit2 \
   --junitxml="$LOGS/junit.xml" > "$LOGS/pytest.log" 2>&1
 echo "gpu_check: pytest exit $? after $(( $(date +%s) - START )) s"
 

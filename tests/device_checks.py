@@ -1,4 +1,4 @@
-"""Helpers shared by the device-path tests (CPU) and the CUDA checks (tests/test_cuda.py).
+"""Helpers shared by the device-path tests (CPU) and the CUDA checks (tests/core/test_cuda.py).
 
 - :func:`transposed_layout_sdpa`: SDPA whose output has the memory layout of CUDA's
   memory-efficient kernel (a transposed output), to reproduce layout bugs on the CPU;

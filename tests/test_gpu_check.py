@@ -66,7 +66,7 @@ def test_gpu_check_is_executable_and_its_dry_run_passes_on_good_results(tmp_path
     out, calls, logs = _dry_run(tmp_path, report_rows=rows)
     assert out.returncode == 0, out.stdout + out.stderr
     # the device tests ran on the CPU, writing their rows where the summary reads them
-    assert "call: -m pytest -q -m cuda tests/test_cuda.py" in calls
+    assert "call: -m pytest -q -m cuda tests/core/test_cuda.py" in calls
     assert f"pytest env: RAGPIC_TEST_DEVICE=cpu RAGPIC_GPU_REPORT={logs / 'report.jsonl'}" in calls
     assert "bench env: GPU_CHECK_DEVICE=cpu GPU_CHECK_CONTEXTS=256,512" in calls
     summary = out.stdout[out.stdout.index("gpu_check summary: CPU (dry run)"):]

@@ -2,7 +2,7 @@
 
 In the spirit of nano-vllm's and vLLM v1's schedulers, :func:`schedule` decides and the
 scheduler thread (:mod:`.scheduler`) only executes: no threads, clocks, tensors or model here,
-so every rule is unit-tested on plain values (tests/test_serve_policy.py).
+so every rule is unit-tested on plain values (tests/serve/test_serve_policy.py).
 
 One turn:
 

@@ -1,5 +1,5 @@
 """One-pass query-guided recompute (``qp-<r>``) on tiny random models (its exactness at a 100%
-budget is tested beside ``qr``'s, tests/test_query_guided.py)."""
+budget is tested beside ``qr``'s, tests/core/test_query_guided.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ images, and an audit hook installed in the kernel records every file the run ope
 very Python (a kernelspec written to a temp ``JUPYTER_PATH`` entry), so the notebooks see the
 same ragpic and packages as the tests. ``notebooks/render.py`` refreshes the committed outputs.
 
-Run: OMP_NUM_THREADS=1 .venv/bin/pytest tests/test_notebooks.py -m integration  (~5 minutes on a CPU)
+Run: OMP_NUM_THREADS=1 .venv/bin/pytest tests/adapters/test_notebooks.py -m integration  (~5 minutes on a CPU)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytest.importorskip("matplotlib")
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
 KERNEL = "ragpic-test-python"
 CELL_TIMEOUT_S = 600

@@ -26,7 +26,7 @@ from ragpic.cache import ChunkStore
 from ragpic.cache.backends import DiskBackend, MemoryBackend
 from redis_server import redis_url  # noqa: F401  (fixture)
 
-PROBE = Path(__file__).with_name("scale_probe.py")
+PROBE = Path(__file__).resolve().parents[1] / "scale_probe.py"
 BIG, SMALL = 100_000, 1_000
 
 

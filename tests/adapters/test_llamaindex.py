@@ -2,7 +2,7 @@
 
 The shared index (fixtures ``built``, ``question``, ``embed``) is in conftest.py.
 
-Run: OMP_NUM_THREADS=1 .venv/bin/pytest tests/test_llamaindex.py -m integration
+Run: OMP_NUM_THREADS=1 .venv/bin/pytest tests/adapters/test_llamaindex.py -m integration
 """
 
 from __future__ import annotations

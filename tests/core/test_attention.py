@@ -86,7 +86,7 @@ def test_grouped_sdpa_folded_heads_equal_enable_gqa():
 
 
 def test_link_runs_banded_attention_and_stays_exact(monkeypatch):
-    # one SDPA call per band: the CPU's key-block pass is off here (tests/test_key_blocks.py)
+    # one SDPA call per band: the CPU's key-block pass is off here (tests/core/test_key_blocks.py)
     lm = dataclasses.replace(tiny_lm("llama", num_hidden_layers=3), key_blocks=False)
     assert lm.banded_attention and lm.model.config._attn_implementation == attention.ATTENTION_NAME
     calls = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # One subprocess runs every case (each through ragpic.cli.main, stderr captured), then reports
 # whether torch was ever imported: it must not be, so no model was loaded for any of them.

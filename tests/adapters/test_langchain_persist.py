@@ -49,11 +49,11 @@ def test_reload_in_fresh_process_compiles_nothing(rag, embed_model_path):
     q = rag["questions"][0]
     llm = RagPicLLM(engine=rag["engine"])
     expected = rag_chain(rag["retriever"], llm).with_config(callbacks=[llm.hints]).invoke(q)
-    script = RELOAD.format(tests=str(Path(__file__).parent), folder=str(rag["folder"]),
+    script = RELOAD.format(tests=str(Path(__file__).resolve().parents[1]), folder=str(rag["folder"]),
                            embed=embed_model_path, question=q)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         timeout=600, cwd=Path(__file__).parent.parent)
+                         timeout=600, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
     res = json.loads(line.removeprefix("RESULT "))

@@ -26,7 +26,7 @@ from ragpic.retriever_hooks.llamaindex import node_text, retrieval_hints  # noqa
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOP_K = 4
 NEW = 16
 

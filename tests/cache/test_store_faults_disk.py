@@ -30,7 +30,7 @@ from ragpic.errors import StoreError
 from store_faults import crafted_legacy_folder, forge, nested_json
 from tiny import tiny_tokenizer
 
-CACHE_SRC = Path(__file__).resolve().parent.parent / "ragpic" / "cache"
+CACHE_SRC = Path(__file__).resolve().parents[2] / "ragpic" / "cache"
 
 
 def test_crafted_pickle_rows_never_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
