@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ragpic.cache.format.expect import expected_for
 from ragpic.config import Config
-from ragpic.core.compile import compile_chunks
 from ragpic.core.decode import Sampling
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import linker_for
@@ -24,7 +23,7 @@ from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, split_prompt, text_segment
 from ragpic.checks import check_number, check_text
 from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, GenerationTimeout
-from ragpic.engine.compile_plan import plan_compile
+from ragpic.engine.compile_plan import compile_and_store, plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
 from ragpic.engine.prompting import check_messages, format_chat
 from ragpic.engine.request import LinkedRequest
@@ -128,29 +127,8 @@ class RagPic:
 
     def _compile_and_store(self, todo: list[tuple[str, str]], method: Method, *,
                            progress: bool = False, strict: bool = False) -> dict[str, ChunkKV]:
-        if not todo:
-            return {}
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(todo), desc="compiling chunk KV", unit="chunk", disable=not progress)
-        out: dict[str, ChunkKV] = {}
-        step = 64  # store as we go: an interrupted ingest keeps what it finished
-        try:
-            for lo in range(0, len(todo), step):
-                part = todo[lo:lo + step]
-                ids = [self.lm.tokenizer(t, add_special_tokens=False)["input_ids"] for _, t in part]
-                try:
-                    kvs = compile_chunks(self.lm, ids, recipe=method.recipe,
-                                         batch_tokens=self.config.batch_tokens, on_progress=bar.update)
-                except ChunkError as e:
-                    i = e.index or 0
-                    raise ChunkError(f"{e} [text starts {part[i][1][:60]!r}]", lo + i) from e
-                batch = {k: (kv.to("cpu"), t) for (k, t), kv in zip(part, kvs)}
-                self.store.put_many(batch, strict=strict)  # strict (compile): a failed write raises
-                out.update({k: kv for (k, _), kv in zip(part, kvs)})
-        finally:
-            bar.close()
-        return out
+        return compile_and_store(self.lm, self.store, todo, method, batch_tokens=self.config.batch_tokens,
+                                 progress=progress, strict=strict)
 
     # ----- segments -------------------------------------------------------------------
     def segments(self, text: str, hints: Sequence[str] | None = None,
