@@ -60,20 +60,24 @@ class CompilePlan:
     skipped: list[int] = field(default_factory=list)
 
 
-def plan_compile(engine: Compiler, texts: Sequence[str], method: Method, *, refuse_short: bool = False) -> CompilePlan:
+def plan_compile(engine: Compiler, texts: Sequence[str], method: Method, *, refuse_short: bool = False,
+                 tokens: Sequence[int] | None = None) -> CompilePlan:
     """Check ``texts`` and find which of them the store lacks (blocking: the store may be remote).
 
     ``refuse_short``: a text under ``min_chunk_tokens`` raises instead of being skipped.
+    ``tokens``: each text's token count when the caller has counted them already.
     """
     texts = check_texts("texts", texts)
     plan = CompilePlan(list(texts))
     room = engine.context_window - recipe_dummies(method.recipe)
     minimum = engine.config.min_chunk_tokens
-    for i, t in enumerate(plan.texts):
+    if tokens is None:  # a text given twice is tokenized once
+        counted = {t: engine.count_tokens(t) for t in dict.fromkeys(plan.texts) if t.strip()}
+        tokens = [counted.get(t, 0) for t in plan.texts]
+    for i, (t, n) in enumerate(zip(plan.texts, tokens)):
         if not t.strip():
             raise ChunkError(f"texts[{i}] is empty (or whitespace only) and cannot be compiled: drop it "
                              f"before ingest", i)
-        n = engine.count_tokens(t)
         if n > room:
             raise ChunkError(f"texts[{i}] has {n} tokens, more than the model's context window allows ({room}) "
                              f"[text starts {t[:60]!r}]: split it", i)
@@ -82,13 +86,15 @@ def plan_compile(engine: Compiler, texts: Sequence[str], method: Method, *, refu
                 raise ChunkError(f"texts[{i}] has {n} tokens, fewer than min_chunk_tokens={minimum}: such short "
                                  f"texts are never cached or matched", i)
             plan.skipped.append(i)
-        plan.tokens.append(n)
-    plan.keys = [engine.chunk_key(t, method) for t in plan.texts]
-    keep = [i for i in range(len(plan.texts)) if i not in set(plan.skipped)]
-    found = engine.store.contains_many([plan.keys[i] for i in keep], texts=[plan.texts[i] for i in keep])
-    stored = dict(zip(keep, found))  # contains_many also re-catalogues stored, uncatalogued chunks
-    plan.stored = [stored.get(i, False) for i in range(len(plan.texts))]
-    plan.todo = list(dict.fromkeys((plan.keys[i], plan.texts[i]) for i in keep if not stored[i]))
+    plan.tokens = list(tokens)
+    key_of = {t: engine.chunk_key(t, method) for t in dict.fromkeys(plan.texts)}
+    plan.keys = [key_of[t] for t in plan.texts]
+    skipped = set(plan.skipped)
+    keep = list(dict.fromkeys(t for i, t in enumerate(plan.texts) if i not in skipped))  # distinct, in order
+    found = engine.store.contains_many([key_of[t] for t in keep], texts=keep)  # also re-catalogues stored,
+    stored = dict(zip(keep, found))                                            # uncatalogued chunks
+    plan.stored = [stored.get(t, False) for t in plan.texts]
+    plan.todo = [(key_of[t], t) for t in keep if not stored[t]]
     return plan
 
 

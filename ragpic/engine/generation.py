@@ -19,7 +19,6 @@ class MatchStats:
         compiled: distinct chunks compiled on the fly (not stored yet).
         hinted: distinct retrieval hints given for the call (0: the store's catalog was searched).
         hints_found: how many of them were found in the prompt text (fewer: a warning is logged).
-        cached_tokens: prompt tokens inside chunks whose KV came from the store.
         compiled_tokens: prompt tokens inside chunks compiled during this call.
         fresh: indices of the segments whose KV was compiled during this call.
     """
@@ -29,7 +28,6 @@ class MatchStats:
     compiled: int = 0
     hinted: int = 0
     hints_found: int = 0
-    cached_tokens: int = 0
     compiled_tokens: int = 0
     fresh: set[int] = field(default_factory=set)
 

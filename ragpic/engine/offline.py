@@ -72,4 +72,4 @@ def request(lm: LoadedModel, segments: Sequence[Segment], method: Method, max_ne
 def link_only(lm: LoadedModel, segments: Sequence[Segment], method: Method,
               pool: SlabPool | None = None) -> LinkedRequest:
     """``segments`` linked with ``method`` and nothing decoded (bench: link time and memory)."""
-    return LinkedRequest(lm, segments, method, Sampling(max_new_tokens=1), pool=pool).link()
+    return request(lm, segments, method, 1, pool=pool).link()

@@ -147,8 +147,7 @@ class LinkedRequest:
         """Pick the next token from ``(V,)`` fp32 logits; its text. Ends the request on EOS, a
         stop string or ``max_new_tokens`` (:attr:`done`, ``result.finish_reason``)."""
         tok = self.decoder.pick(logits)
-        first = self.decoder.count <= 1 and not self.detok.ids
-        if first:
+        if not self.detok.ids:  # the first token (or EOS straight away): the answer has started
             self.result.ttft_s = time.perf_counter() - self.arrived
         if tok is None:
             return self._finish("eos")

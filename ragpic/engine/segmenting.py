@@ -46,9 +46,9 @@ def match_chunks(text: str, hints: Sequence[str] | None, catalog: Callable[[], I
 def build_segments(tokenizer, text: str, matches: Sequence[Match], keys: dict[str, str],
                    kvs: dict[str, ChunkKV], from_store: set[str], stats: MatchStats) -> list[Segment]:
     """Pieces of ``text`` in order; a matched piece whose key has KV in ``kvs`` is a chunk
-    segment (its tokens counted in ``stats`` as from the store or compiled now, the latter's
-    index in ``stats.fresh``), every other
-    piece is text tokenized on its own."""
+    segment (one compiled now has its tokens counted in ``stats.compiled_tokens`` and its index
+    in ``stats.fresh``; the cached count is the link's, :func:`ragpic.engine.request.token_counts`),
+    every other piece is text tokenized on its own."""
     segs: list[Segment] = []
     for piece, is_chunk in split_prompt(text, matches):
         kv = kvs.get(keys[piece]) if is_chunk else None
@@ -56,9 +56,7 @@ def build_segments(tokenizer, text: str, matches: Sequence[Match], keys: dict[st
             segs.append(text_segment(tokenizer, piece))
             continue
         segs.append(chunk_segment(kv, piece))
-        if keys[piece] in from_store:
-            stats.cached_tokens += kv.num_tokens
-        else:
+        if keys[piece] not in from_store:
             stats.compiled_tokens += kv.num_tokens
             stats.fresh.add(len(segs) - 1)
     return segs

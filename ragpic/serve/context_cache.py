@@ -76,9 +76,10 @@ def _compile(engine: "RagPic", sched: "Scheduler", texts: list[str], method: str
     what is new in pieces on the scheduler (between decode steps, docs/SERVING.md, *The turn*),
     and describe every text."""
     m = engine.method_of(method)  # parsed here, once
-    _bound([engine.count_tokens(t) for t in texts], max_tokens)
-    try:
-        plan = plan_compile(engine, texts, m, refuse_short=True)  # a text named explicitly is never skipped
+    counts = [engine.count_tokens(t) for t in texts]
+    _bound(counts, max_tokens)
+    try:  # a text named explicitly is never skipped
+        plan = plan_compile(engine, texts, m, refuse_short=True, tokens=counts)
     except ChunkError as e:
         raise BadRequest(str(e), param=f"texts[{e.index}]" if e.index is not None else "texts") from None
     sched.compile(tokenized(engine, plan.todo), m, caller)

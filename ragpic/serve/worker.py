@@ -91,7 +91,7 @@ class Worker:
         count_link(self.metrics, run)
         if run.done:  # finished at its first token
             finished(self.metrics, run)
-            self._release(run)
+            run.req.release()
         else:
             self.running.append(run)
         self.linking = None  # after the append: the slot passes from linking to running
@@ -106,7 +106,7 @@ class Worker:
             for r in runs:
                 self.running.remove(r)
                 failed(self.metrics, r.job, exc, where="decode")
-                self._release(r)
+                r.req.release()
             return
         self.metrics.stepped()
         self.metrics.observe("batch", len(runs))
@@ -114,15 +114,12 @@ class Worker:
             if r.done:
                 self.running.remove(r)
                 finished(self.metrics, r)
-                self._release(r)
-
-    def _release(self, run: Running) -> None:
-        run.req.release()
+                r.req.release()
 
     def close(self) -> None:
         """The thread is stopping: give back every cache, end every compile."""
         for r in self.running:
-            self._release(r)
+            r.req.release()
         if self.linking is not None:
             self.linking.req.release()
         for w in self.compiles:
