@@ -39,9 +39,13 @@ def _tensors(model, arch: str):
                 yield f"blk.{i}.{gg}.{part}", w
 
 
-def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed: int = 0, **overrides):
+def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed: int = 0, quant: str | None = None,
+                    **overrides):
     """Write ``tiny_lm(kind)`` as a GGUF file (fp32 tensors, byte-level BPE tokenizer).
 
+    ``quant`` (``"Q4_0"``, ``"Q4_1"``, ``"Q8_0"``...): store every 2-D weight in that GGML type,
+    quantized by the ``gguf`` package as llama.cpp would (the source model's logits then differ
+    from the file's: compare with the file loaded dense).
     ``arch`` overrides ``general.architecture`` (to write a file ragpic must refuse);
     ``overrides`` go to :func:`tiny.tiny_config`. Returns the wrapped source model, whose
     logits the converted one must reproduce.
@@ -78,7 +82,12 @@ def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed:
     w.add_pad_token_id(cfg.pad_token_id)
     w.add_chat_template(tok.chat_template)
     for name, tensor in _tensors(lm.model, arch or kind):
-        w.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
+        tensor = np.ascontiguousarray(tensor, dtype=np.float32)
+        if quant is not None and tensor.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[quant]
+            w.add_tensor(name, gguf.quants.quantize(tensor, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, tensor)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from ragpic.core.decode_step import decode_step_for
 from ragpic.core.forward import cache_kwarg
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention import grouped_sdpa, uses_banded_attention
@@ -133,6 +134,10 @@ def batched_decode_step(lm: LoadedModel, caches: Sequence[LinkedCache], tokens: 
     ``positions[b] + 1``. Raises ValueError for a model not on ragpic's attention
     (:func:`supports_batching`): its attention would ignore the per-row plan.
     """
+    step = decode_step_for(lm)
+    if step is not None:  # the lean step (core.decode_step): per-row caches without the plumbing
+        ids = torch.tensor(list(tokens), dtype=torch.long).to(lm.device)
+        return step(ids, [int(p) for p in positions], caches)
     if not supports_batching(lm):
         raise ValueError("batched decode needs a model on ragpic's attention (load_model(..., banded_attention=True))")
     batch = BatchedCache(caches, positions, lm.sliding_window)

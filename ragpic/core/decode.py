@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.checks import check_int, check_number, check_stop
+from ragpic.core.decode_step import decode_step_for
 from ragpic.core.forward import forward_rows
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache
@@ -199,4 +200,7 @@ class DecodeBuffers:
             self.ids.fill_(token)  # a scalar kernel argument: no host-to-device copy
             token = self.ids
         p = self.prompt_len + i
+        step = decode_step_for(lm)
+        if step is not None:  # the model's arithmetic without transformers' per-layer plumbing
+            return step(token, (p,), (cache,))[0]
         return forward_rows(lm, cache, token, self.positions[i:i + 1], p + 1, mask=self.step_mask(i))[-1].float()

@@ -34,10 +34,16 @@ def tokenizer_digest(tokenizer) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def model_fingerprint(model: torch.nn.Module, tokenizer) -> str:
-    """``arch:dtype:weights[:16]:tokenizer[:16]`` — whose KV an entry is."""
+def model_fingerprint(model: torch.nn.Module, tokenizer, weights: str = "dense") -> str:
+    """``arch:dtype[+format]:weights[:16]:tokenizer[:16]`` — whose KV an entry is.
+
+    ``weights``: the weight format (:class:`ragpic.core.weights.WeightFormat`); a quantized one
+    is named after the dtype, so KV compiled under one format never links under another.
+    """
     arch = getattr(model.config, "model_type", type(model).__name__)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if str(weights) != "dense":
+        dtype = f"{dtype}+{weights}"
     return f"{arch}:{dtype}:{weights_digest(model)[:16]}:{tokenizer_digest(tokenizer)[:16]}"
 
 

@@ -10,7 +10,7 @@ callers and tests, not on the link or decode path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,6 +20,7 @@ from ragpic.core.gguf import gguf_model_dir, is_gguf_path
 from ragpic.core.ops import attention
 from ragpic.core.ops.attention import ATTENTION_NAME, AttentionPlan, Band, banded_sdpa, uses_banded_attention
 from ragpic.core.ops.device import auto_dtype, default_dtype, normalize_device
+from ragpic.core.weights import WeightFormat, parse_weights
 from ragpic.errors import UnsupportedModelError
 
 __all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "use_banded_attention",
@@ -49,6 +50,8 @@ class LoadedModel:
             gives one band per forward).
         key_blocks: on the CPU in fp32, run a forward of several bands as one pass per key
             block (:mod:`ragpic.core.ops.key_blocks`); False keeps one call per band.
+        weights: how the weights are held (:class:`~ragpic.core.weights.WeightFormat`, never auto).
+        weights_summary: what loading did to them (which tensors stayed the file's own), or "".
     """
 
     model: torch.nn.Module
@@ -65,6 +68,9 @@ class LoadedModel:
     sliding_window: int | None = None
     call_cost: int | None = None
     key_blocks: bool = True
+    weights: WeightFormat = WeightFormat.DENSE
+    weights_summary: str = ""
+    decode_step: object | None = field(default=None, repr=False, compare=False)  # core.decode_step, made once
 
     @property
     def banded_attention(self) -> bool:
@@ -147,7 +153,8 @@ def use_banded_attention(model: torch.nn.Module) -> bool:
 
 
 def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
-               banded_attention: bool = False) -> LoadedModel:
+               banded_attention: bool = False, weights: WeightFormat = WeightFormat.DENSE,
+               weights_summary: str = "") -> LoadedModel:
     """Check an already-loaded model + tokenizer and wrap it for compile/link.
 
     Args:
@@ -167,7 +174,7 @@ def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
         model=model,
         tokenizer=tokenizer,
         name=name,
-        fingerprint=model_fingerprint(model, tokenizer),
+        fingerprint=model_fingerprint(model, tokenizer, weights),
         inv_freq=_rotary_inv_freq(model).to(weight.device),
         context_window=int(getattr(cfg, "max_position_embeddings", 2048)),
         num_layers=int(cfg.num_hidden_layers),
@@ -176,6 +183,8 @@ def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
         device=weight.device,
         dtype=weight.dtype,
         sliding_window=_sliding_window(cfg),
+        weights=weights,
+        weights_summary=weights_summary,
     )
 
 
@@ -193,6 +202,7 @@ def load_model(
     device: str | torch.device = "auto",
     dtype: torch.dtype | str | None = None,
     banded_attention: bool = True,
+    weights: str | WeightFormat = "auto",
 ) -> LoadedModel:
     """Load a local (or already-downloaded) HF causal LM, or the embedded default.
 
@@ -205,20 +215,33 @@ def load_model(
             with native bf16 instructions (:func:`auto_dtype`).
         banded_attention: run ragpic's banded SDPA (see :func:`wrap_model`); on by default
             here because the model is ragpic's own.
+        weights: ``"auto"`` (a GGUF keeps its own blocks on a CPU with native bf16, else dense),
+            ``"dense"``, ``"int8"``, ``"int4"`` or ``"gguf"`` (:mod:`ragpic.core.weights`);
+            a quantized format computes in bf16 unless ``dtype`` says otherwise.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from ragpic.core.weights.resolve import resolve_weights
 
     dev = resolve_device(device)
     if dtype == "auto":
         dtype = auto_dtype(dev)
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    dtype = dtype or default_dtype(dev)
     name = name_or_path or DEFAULT_MODEL
     path = default_model_dir() if name == DEFAULT_MODEL else name
-    if is_gguf_path(path):  # a GGUF file: dequantized once to `dtype`, cached by its SHA-256
-        path = gguf_model_dir(path, dtype)
+    fmt, dtype = resolve_weights(parse_weights(weights), gguf=is_gguf_path(path), device=dev, dtype=dtype)
+    dtype = dtype or default_dtype(dev)
+    gguf_file = path if is_gguf_path(path) else None
+    if gguf_file is not None:  # a GGUF file: dequantized once to `dtype`, cached by its SHA-256
+        path = gguf_model_dir(gguf_file, dtype)
     check_supported(AutoConfig.from_pretrained(path))  # refuse before loading gigabytes
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
-    return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention)
+    summary = ""
+    if fmt.quantized:
+        from ragpic.core.weights.apply import quantize_model
+
+        summary = quantize_model(model, fmt, gguf_path=gguf_file).summary()
+    return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention, weights=fmt,
+                      weights_summary=summary)

@@ -1,0 +1,172 @@
+"""Weight-only quantized layers on torch's own CPU kernels (docs/ARCHITECTURE.md §2.1).
+
+:class:`Int8Linear` holds ``(N, K)`` int8 codes and one scale per output row and runs
+``aten._weight_int8pack_mm``; :class:`Int4Linear` holds 4-bit codes with a scale and a zero
+point per 32 inputs of each row in the layout of ``aten._weight_int4pack_mm_for_cpu``. Both
+kernels read the weight once per call, so they win where decode is bound by the bytes of
+weights read (a few rows); from :data:`DENSE_FROM` rows on (a link, a prefill, a compile) the
+layer dequantizes its weight to the compute dtype and runs the dense GEMM, which is faster there
+(4864x896 at 256 rows, bf16: 7 ms against 16 ms through the kernel). Activations are the model's
+compute dtype; the kernels are fast in bf16 (and fall back to slow reference loops in fp32).
+
+Dequantized weight, with ``q`` the codes and ``g = k // 32``:
+int8 ``W[n, k] = q[n, k] * scale[n]``; int4 ``W[n, k] = (q[n, k] - 8) * scale[g, n] + zero[g, n]``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "pack_int4", "quantize_int4",
+           "quantize_int8", "unpack_int4"]
+
+DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
+GROUP = 32  # inputs per int4 scale and zero point: a GGUF Q4 block, the kernel's smallest group
+_BLOCK_N = 64  # the CPU int4 pack interleaves rows n and n + 32 of every 64-row block
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, K)`` float weight -> ``(N, K)`` int8 codes and ``(N,)`` fp32 absmax scales."""
+    w = w.float()
+    scale = (w.abs().amax(1) / 127).clamp_min(1e-12)
+    return torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
+
+
+def quantize_int4(w: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(N, K)`` float weight -> ``(N, K)`` uint8 codes in 0..15, ``(K/group, N)`` fp32 scales and
+    zero points (asymmetric min/max per group, as gpt-fast's int4)."""
+    n, k = w.shape
+    g = w.float().reshape(n, k // group, group)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15).clamp_min(1e-12)
+    q = torch.round((g - lo[..., None]) / scale[..., None]).clamp_(0, 15).to(torch.uint8).reshape(n, k)
+    return q, scale.t().contiguous(), (lo + 8 * scale).t().contiguous()
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """``(N, K)`` codes in 0..15 -> the ``(N, K/2)`` uint8 layout the CPU kernel reads."""
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`pack_int4`: ``(N, K/2)`` uint8 -> ``(N, K)`` uint8 codes.
+
+    Per 64-row block the kernel's layout is ``(K, 32)`` bytes, byte ``(k, i)`` holding row ``i``
+    in its low nibble and row ``i + 32`` in its high one.
+    """
+    n, half = packed.shape
+    blocks = packed.reshape(n // _BLOCK_N, 2 * half, _BLOCK_N // 2)
+    codes = torch.cat((blocks & 15, blocks >> 4), dim=2)  # (N/64, K, 64)
+    return codes.transpose(1, 2).reshape(n, 2 * half)
+
+
+class Int8Linear(nn.Module):
+    """``y = x W^T + b`` with ``W`` as int8 codes. ``(..., K)`` -> ``(..., N)`` in ``x``'s dtype.
+
+    Buffers: ``codes`` ``(N, K)`` int8, ``scales`` ``(N,)`` and ``bias`` ``(N,)`` (or None) in the
+    compute dtype.
+    """
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+        super().__init__()
+        self.out_features, self.in_features = codes.shape
+        self.register_buffer("codes", codes.contiguous())
+        self.register_buffer("scales", scales.to(dtype).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.to(dtype))
+
+    def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        """``(N, K)`` dequantized weight."""
+        return self.codes.to(dtype) * self.scales.to(dtype)[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] >= DENSE_FROM or flat.dtype != self.scales.dtype:
+            y = nn.functional.linear(flat, self.dense_weight(flat.dtype))
+        else:
+            y = torch.ops.aten._weight_int8pack_mm(flat.contiguous(), self.codes, self.scales)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class Int4Linear(nn.Module):
+    """``y = x W^T + b`` with ``W`` as 4-bit codes. ``(..., K)`` -> ``(..., N)`` in ``x``'s dtype.
+
+    Buffers: ``packed`` ``(N, K/2)`` uint8 (:func:`pack_int4`), ``scales_zeros``
+    ``(K/32, N, 2)`` in the compute dtype, ``bias`` ``(N,)`` or None.
+    """
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bias: torch.Tensor | None,
+                 dtype: torch.dtype):
+        super().__init__()
+        self.out_features, self.in_features = codes.shape
+        self.register_buffer("packed", pack_int4(codes))
+        self.register_buffer("scales_zeros", torch.stack((scales, zeros), -1).to(dtype).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.to(dtype))
+
+    @staticmethod
+    def fits(out_features: int, in_features: int) -> bool:
+        """Whether the CPU kernel takes this shape (rows in 64-row blocks, inputs in 32-groups)."""
+        return out_features % _BLOCK_N == 0 and in_features % GROUP == 0
+
+    def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        """``(N, K)`` dequantized weight."""
+        sz = self.scales_zeros.to(dtype)
+        scale = sz[..., 0].t().repeat_interleave(GROUP, dim=1)
+        zero = sz[..., 1].t().repeat_interleave(GROUP, dim=1)
+        return (unpack_int4(self.packed).to(dtype) - 8) * scale + zero
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] >= DENSE_FROM or flat.dtype != self.scales_zeros.dtype:
+            y = nn.functional.linear(flat, self.dense_weight(flat.dtype))
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat.contiguous(), self.packed, GROUP, self.scales_zeros)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4 group {GROUP}"
+
+
+class Int8Embedding(nn.Module):
+    """Token embedding as int8 rows: ``(...)`` ids -> ``(..., D)`` in the compute dtype.
+
+    Buffers: ``codes`` ``(V, D)`` int8 and ``scales`` ``(V,)``; a lookup dequantizes its rows only.
+    """
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = codes.shape
+        self.dtype = dtype
+        self.register_buffer("codes", codes.contiguous())
+        self.register_buffer("scales", scales.to(dtype).contiguous())
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.codes[ids].to(self.dtype) * self.scales[ids][..., None]
+
+
+class Int4Embedding(nn.Module):
+    """Token embedding as a GGUF's own 4-bit rows: ``(...)`` ids -> ``(..., D)`` in the compute dtype.
+
+    Buffers: ``codes`` ``(V, D)`` uint8 in 0..15 (a byte each: a lookup reads a few rows), and
+    ``scales``/``zeros`` ``(V, D/32)``; row ``v`` is ``(codes[v] - 8) * scale + zero`` per 32-group.
+    """
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, dtype: torch.dtype):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = codes.shape
+        self.dtype = dtype
+        self.register_buffer("codes", codes.contiguous())
+        self.register_buffer("scales", scales.t().to(dtype).contiguous())  # (V, D/32)
+        self.register_buffer("zeros", zeros.t().to(dtype).contiguous())
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        scale = self.scales[ids].repeat_interleave(GROUP, dim=-1)
+        zero = self.zeros[ids].repeat_interleave(GROUP, dim=-1)
+        return (self.codes[ids].to(self.dtype) - 8) * scale + zero

@@ -1,0 +1,95 @@
+"""Weight formats (ragpic.core.weights): the int8/int4 layers against their dequantized weights,
+a GGUF's 4-bit blocks kept exactly, and the decode step against transformers' forward under each."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ragpic.core.weights import WeightFormat, parse_weights
+from ragpic.core.weights.gguf_blocks import int4_blocks
+from ragpic.core.weights.linear import (DENSE_FROM, Int4Linear, Int8Linear, pack_int4, quantize_int4, quantize_int8,
+                                        unpack_int4)
+from ragpic.core.weights.resolve import resolve_weights
+from ragpic.errors import ConfigError
+from tiny_gguf import write_tiny_gguf
+
+
+def test_the_int4_pack_unpacks_to_its_codes():
+    codes = torch.randint(0, 16, (128, 96), dtype=torch.uint8)
+    assert torch.equal(unpack_int4(pack_int4(codes)), codes)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_quantized_layer_computes_with_its_dequantized_weight(kind):
+    torch.manual_seed(0)
+    w, b = torch.randn(128, 96), torch.randn(128)
+    layer = (Int8Linear(*quantize_int8(w), b, torch.float32) if kind == "int8"
+             else Int4Linear(*quantize_int4(w), b, torch.float32))
+    dense = layer.dense_weight(torch.float32)
+    assert (dense - w).abs().max() < (0.02 if kind == "int8" else 0.3) * w.abs().max()  # a quantization, not noise
+    for rows in (1, 5, DENSE_FROM + 3):  # the weight-only kernel, then the dequantized GEMM
+        x = torch.randn(2, rows, 96)
+        torch.testing.assert_close(layer(x), x @ dense.t() + b, rtol=1e-5, atol=1e-4)
+    bf = (Int8Linear(*quantize_int8(w), b, torch.bfloat16) if kind == "int8"
+          else Int4Linear(*quantize_int4(w), b, torch.bfloat16))
+    x = torch.randn(1, 96).bfloat16()
+    torch.testing.assert_close(bf(x).float(), (x.float() @ bf.dense_weight(torch.float32).t() + b), rtol=0.02, atol=0.1)
+
+
+@pytest.mark.parametrize("ggml", ["Q4_0", "Q4_1", "Q4_K"])
+def test_gguf_4_bit_blocks_map_onto_int4_exactly(ggml):
+    import gguf
+
+    rng = np.random.default_rng(0)
+    rows, cols = 64, 512
+    if ggml == "Q4_K":  # gguf cannot quantize to Q4_K: random super-blocks with finite scales
+        raw = rng.integers(0, 256, (rows, cols // 256, 144), dtype=np.uint8)
+        raw[..., 0:4] = np.frombuffer(rng.uniform(0.001, 0.05, (rows, cols // 256, 2)).astype(np.float16).tobytes(),
+                                      np.uint8).reshape(rows, cols // 256, 4)
+        raw = raw.reshape(rows, -1)
+    else:
+        raw = gguf.quants.quantize(rng.standard_normal((rows, cols)).astype(np.float32), gguf.GGMLQuantizationType[ggml])
+    ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[ggml]).reshape(rows, cols)
+    codes, scale, zero = int4_blocks(ggml, raw, rows, cols)
+    layer = Int4Linear(codes, scale, zero, None, torch.float32)
+    np.testing.assert_allclose(layer.dense_weight(torch.float32).numpy(), ref, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("quant", ["Q4_0", "Q4_1"])
+def test_a_gguf_kept_in_its_own_blocks_gives_the_dequantized_models_logits(tmp_path, monkeypatch, quant):
+    """weights='gguf' keeps a Q4 file's weights exactly: in fp32 its logits equal those of the same
+    file dequantized by transformers, to fp32 round-off; its fingerprint names the format."""
+    from ragpic.core.model import load_model
+
+    monkeypatch.setenv("RAGPIC_HOME", str(tmp_path / "home"))
+    path = tmp_path / f"tiny-{quant}.gguf"
+    write_tiny_gguf(path, "qwen2", quant=quant, num_key_value_heads=4)  # k/v rows in 64-row blocks
+    dense = load_model(str(path), device="cpu", dtype="float32", weights="dense")
+    kept = load_model(str(path), device="cpu", dtype="float32", weights="gguf")
+    assert "int4 exact" in kept.weights_summary and "int8" not in kept.weights_summary.replace("int8 embedding", "")
+    assert kept.fingerprint != dense.fingerprint and "+gguf" in kept.fingerprint
+    ids = torch.arange(3, 40)[None]
+    with torch.no_grad():
+        for n in (5, ids.shape[1]):  # the weight-only kernels, then the dequantized GEMM
+            torch.testing.assert_close(kept.model(ids[:, :n]).logits, dense.model(ids[:, :n]).logits,
+                                       rtol=1e-5, atol=1e-4)
+
+
+def test_weight_names_are_checked_and_auto_resolves_by_machine():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda:0")
+    assert parse_weights("int8") is WeightFormat.INT8
+    with pytest.raises(ConfigError, match="weights must be one of"):
+        parse_weights("int3")
+    assert resolve_weights(WeightFormat.AUTO, gguf=True, device=cpu, dtype=None, cpu_bf16=True) == \
+        (WeightFormat.GGUF, torch.bfloat16)
+    assert resolve_weights(WeightFormat.AUTO, gguf=True, device=cpu, dtype=None, cpu_bf16=False) == \
+        (WeightFormat.DENSE, None)
+    assert resolve_weights(WeightFormat.AUTO, gguf=False, device=cpu, dtype=None, cpu_bf16=True) == \
+        (WeightFormat.DENSE, None)
+    assert resolve_weights(WeightFormat.AUTO, gguf=True, device=gpu, dtype=None)[0] is WeightFormat.DENSE
+    with pytest.raises(ConfigError, match="must be a .gguf file"):
+        resolve_weights(WeightFormat.GGUF, gguf=False, device=cpu, dtype=None)
+    with pytest.raises(ConfigError, match="CPU kernels"):
+        resolve_weights(WeightFormat.INT8, gguf=False, device=gpu, dtype=None)
