@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ragpic.checks import check_int, check_number
 from ragpic.core.kv_quant import KVQuant, parse_kv_quant
 from ragpic.core.methods import parse_method
+from ragpic.core.weights import WeightFormat, parse_weights
 from ragpic.errors import ConfigError
 from ragpic.paths import cache_dir, kv_folder  # re-exported: ragpic.kv_folder, ragpic.config.cache_dir
 
@@ -25,6 +26,10 @@ class Config:
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda:1"``...
         dtype: ``"float32"``, ``"bfloat16"``, ``"float16"``, ``None`` (fp32 on CPU, bf16 on GPU)
             or ``"auto"`` (also bf16 on a CPU with native bf16 instructions, AVX512_BF16/AMX).
+        weights: how the weights are held: ``"auto"`` (the default: a ``.gguf`` model keeps
+            its own 4-bit blocks, the rest re-quantized to int4, computing in bf16, on a CPU with native bf16;
+            dense otherwise; docs/RESULTS.md §17), ``"dense"``, ``"int8"``, ``"int4"`` (weight-only,
+            on torch's CPU kernels) or ``"gguf"``. Part of the store's fingerprint.
         method: link method: ``legolink-<k>`` (default ``legolink-16``), ``legolink-0``,
             ``naive``, ``cacheblend-<percent>``, ``qr-<percent>[-k<k>]`` (query-guided recompute,
             :mod:`ragpic.core.link.query_guided`), ``qp-<percent>[-k<k>][-d<percent>]`` (its
@@ -56,6 +61,7 @@ class Config:
     model: str | None = None
     device: str = "auto"
     dtype: str | None = None
+    weights: str | WeightFormat = "auto"
     method: str = "legolink-16"
     store: str | None = None
     store_size_limit_gb: float = 8.0
@@ -73,6 +79,7 @@ class Config:
     def __post_init__(self) -> None:
         parse_method(self.method)  # raises with the list of valid methods
         self.kv_quant = parse_kv_quant(self.kv_quant)  # parsed here; a KVQuant below
+        self.weights = parse_weights(self.weights)
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float32, bfloat16, float16, auto or None, got {self.dtype!r}")
         for name in ("max_new_tokens", "batch_tokens", "min_chunk_tokens"):

@@ -27,18 +27,23 @@ ALLOWED = {
     "ragpic.core.ops": ("ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.methods": ("ragpic.errors",),
     "ragpic.core.kv_quant": ("ragpic.errors",),
+    # weight formats: the name table (stdlib), its layers and the GGUF block maps, below the model record
+    "ragpic.core.weights.formats": ("ragpic.errors",),
+    "ragpic.core.weights": ("ragpic.core.weights", "ragpic.core.ops", "ragpic.errors"),
     # below the link (docs/ARCHITECTURE.md §2): chunk KV and segments, the model record, the
     # forward step and decode never import ragpic.core.link
     "ragpic.core.kv": ("ragpic.core.methods", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.segments": ("ragpic.core.kv", "ragpic.errors"),
     "ragpic.core.model": ("ragpic.core.default_model", "ragpic.core.fingerprint", "ragpic.core.gguf", "ragpic.core.ops",
-                          "ragpic.errors"),
+                          "ragpic.core.weights", "ragpic.errors"),
+    "ragpic.core.decode_step": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.forward": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
-    "ragpic.core.decode": ("ragpic.core.forward", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks",
+    "ragpic.core.decode": ("ragpic.core.decode_step", "ragpic.core.forward", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks",
                            "ragpic.errors"),
     "ragpic.core.link": ("ragpic.core", "ragpic.errors"),
     "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.paths"),
-    "ragpic.config": ("ragpic.paths", "ragpic.core.methods", "ragpic.core.kv_quant", "ragpic.errors", "ragpic.checks"),
+    "ragpic.config": ("ragpic.paths", "ragpic.core.methods", "ragpic.core.kv_quant", "ragpic.core.weights",
+                      "ragpic.errors", "ragpic.checks"),
     # the argument types, parser and exit codes of both command lines (ragpic.cli, ragpic.demo)
     "ragpic.cmdline": ("ragpic.core.methods", "ragpic.core.kv_quant", "ragpic.core.gguf", "ragpic.errors"),
     # inside the cache, layers flow tools -> store -> backends -> format (ARCHITECTURE §2)

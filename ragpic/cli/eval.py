@@ -17,6 +17,7 @@ from ragpic.cmdline import (Parser, at_least, check_model, check_output, csv_of,
                             need_file, need_folder, need_module)
 from ragpic.errors import UsageError
 from ragpic.eval.data import default_dataset, default_haystack, load_qa, parse_chunking
+from ragpic.core.weights import NAMES as WEIGHT_NAMES
 
 EVAL_DESCRIPTION = """Accuracy and fidelity to `full` of every link method on multi-hop QA.
 
@@ -48,6 +49,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
                         "native bf16, AVX512_BF16/AMX)")
+    p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto",
+                   help="weight format (default auto: a .gguf keeps its own 4-bit blocks, the rest int4, in bf16, "
+                        "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")
     p.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the full results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -88,6 +92,10 @@ def add_bench_parser(sub) -> None:
                    help="reference prefills on the same ids, timed beside the methods: hf-generate "
                         "(plain transformers), llama.cpp (needs llama-cpp-python)")
     b.add_argument("--gguf", default=None, help="GGUF file for --peers llama.cpp (default: the embedded model's)")
+    b.add_argument("--answer-tokens", type=at_least(0), default=0, metavar="N",
+                   help="also decode N answer tokens per request: TTFT, decode tok/s, the whole answer's time, "
+                        "peak RSS and the bandwidth limit (with --peers llama.cpp: llama-bench on --gguf, built by "
+                        "benchmarks/llamacpp_build.sh)")
     b.add_argument("--plot", default=None, metavar="OUT.png")
     add_model_args(b)
     b.set_defaults(func=cmd_bench, check=check_bench)
@@ -177,7 +185,13 @@ def check_bench(args) -> None:
     short = [t for t in args.context_tokens if t <= args.query_tokens]
     if short:
         raise UsageError(f"--context-tokens {short[0]}: must exceed --query-tokens ({args.query_tokens})")
-    if "llama.cpp" in args.peers:
+    if "llama.cpp" in args.peers and args.answer_tokens:  # the whole answer: llama.cpp's own llama-bench
+        from ragpic.eval.llamacpp_bench import find_llama_bench
+
+        if find_llama_bench() is None:
+            raise UsageError("--peers llama.cpp with --answer-tokens runs llama-bench: build it once with "
+                             "benchmarks/llamacpp_build.sh (or set RAGPIC_LLAMA_BENCH); or drop that peer")
+    elif "llama.cpp" in args.peers:
         import importlib.util
 
         if importlib.util.find_spec("llama_cpp") is None:
@@ -219,7 +233,7 @@ def _load(args):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_model(args.model, device=args.device, dtype=args.dtype)
+    return load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
 
 
 def cmd_eval(args) -> int:
@@ -255,12 +269,32 @@ def cmd_bench(args) -> int:
 
     from ragpic.eval.peers import make_peer
 
+    import torch
+
+    from ragpic.eval.answer import bandwidth_gb_s, decode_limit_tok_s, llamacpp_answer, peak_rss_mb
+
     lm = _load(args)
+    answer_peer = None
+    if args.answer_tokens and "llama.cpp" in args.peers:  # llama-bench: its pp and tg rates at that depth
+        gguf = args.gguf or (args.model if str(args.model or "").endswith(".gguf") else None)
+        if gguf is None:
+            raise UsageError("--answer-tokens with --peers llama.cpp needs --gguf PATH (or a .gguf --model)")
+        args.peers = [p for p in args.peers if p != "llama.cpp"]
+        answer_peer = lambda T: llamacpp_answer(gguf, T, args.answer_tokens, torch.get_num_threads(), args.repeats)
     peers = {name: make_peer(name, lm, gguf=args.gguf, n_ctx=max(args.context_tokens)) for name in args.peers}
+    loaded_rss = peak_rss_mb()
     result = run_bench(lm, haystack_dir=args.haystack, context_tokens=args.context_tokens,
                        chunk_tokens=args.chunk_tokens, k=args.k, query_tokens=args.query_tokens,
                        repeats=args.repeats, methods=args.methods, measure_memory=not args.no_memory,
-                       progress=_progress(args), peers=peers)
+                       progress=_progress(args), peers=peers, answer_tokens=args.answer_tokens,
+                       answer_peer=answer_peer)
+    if args.answer_tokens:
+        bw = bandwidth_gb_s()
+        result["config"].update(answer_peer="llama.cpp" if answer_peer else None, weights=str(lm.weights), weights_summary=lm.weights_summary, bandwidth_gb_s=bw,
+                                decode_limit_tok_s=decode_limit_tok_s(lm, bw), loaded_peak_rss_mb=loaded_rss,
+                                peak_rss_mb=peak_rss_mb(), cpu=torch.backends.cpu.get_cpu_capability())
+        print(f"weights {lm.weights} ({lm.weights_summary or lm.dtype}); bandwidth {bw:.1f} GB/s -> decode limit "
+              f"{result['config']['decode_limit_tok_s']:.1f} tok/s; peak RSS {peak_rss_mb():.0f} MiB", file=sys.stderr)
     print(format_table(result))
     _write_json(args.json_out, result)
     if args.plot:

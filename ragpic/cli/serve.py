@@ -12,6 +12,8 @@ import argparse
 import logging
 import os
 
+from ragpic.core.weights import NAMES as WEIGHT_NAMES
+
 __all__ = ["add_parser", "run"]
 
 
@@ -66,6 +68,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
                         "native bf16)")
+    p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto",
+                   help="weight format (default auto: a .gguf keeps its own 4-bit blocks, the rest int4, in bf16, "
+                        "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run, check=check)
     return p
@@ -136,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
-                           device=args.device, dtype=args.dtype))
+                           device=args.device, dtype=args.dtype, weights=args.weights))
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,

@@ -6,7 +6,7 @@ as long again on Python around them: masks, keyword plumbing, the cache protocol
 :class:`DecodeStep` keeps only the arithmetic: it calls the model's own norms, projections,
 rotary embedding and MLP (so the numbers are the model's), writes each row's K/V into its
 request's :class:`~ragpic.core.ops.linked_cache.LinkedCache` at its position and runs SDPA over
-that cache in place (docs/ARCHITECTURE.md §4.4). It serves the decoder families whose layers
+that cache in place (docs/ARCHITECTURE.md §4.8). It serves the decoder families whose layers
 are ``input_layernorm -> self_attn -> post_attention_layernorm -> mlp`` with rotary Q/K
 (llama, mistral, qwen2, qwen3); :func:`decode_step_for` returns None for any other model
 (gemma), which then decodes through the generic path.
@@ -79,8 +79,10 @@ class DecodeStep:
                 keys, values = c.key_slab[i], c.value_slab[i]  # (1, H_kv, capacity, dh)
                 keys[0, :, p] = k[b, :, 0]
                 values[0, :, p] = v[b, :, 0]
+                # fold=True: one query row per head folds into (H_kv, g) rows, which torch's CPU kernel
+                # runs ~15x faster than enable_gqa at a 3.8k context (258 us against 3.9 ms, bf16)
                 out[b:b + 1] = grouped_sdpa(q[b:b + 1], keys[:, :, s:p + 1], values[:, :, s:p + 1], None, 0.0,
-                                            self.scaling)
+                                            self.scaling, fold=True)
             h = h + attn.o_proj(out.transpose(1, 2).reshape(bsz, 1, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         for c, p in zip(caches, positions):

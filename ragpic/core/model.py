@@ -10,7 +10,9 @@ callers and tests, not on the link or decode path.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -196,6 +198,25 @@ def _sliding_window(cfg) -> int | None:
     return int(window)
 
 
+def _quantized_gguf(target: Path, dense_dir, gguf_file, fmt: WeightFormat, config, dtype: torch.dtype):
+    """``(model, summary)`` of a GGUF in a quantized format: saved at ``target`` the first time
+    (from the dense folder and the file's own blocks), mapped back from it every time."""
+    from transformers import AutoModelForCausalLM
+
+    from ragpic.core.weights.apply import quantize_model
+    from ragpic.core.weights.saved import load_saved, save_quantized
+
+    loaded = load_saved(target, config, dtype)
+    if loaded is None:
+        print(f"ragpic: quantizing {Path(gguf_file).name} to weights={fmt.value} once; cached in {target}",
+              file=sys.stderr)
+        model = AutoModelForCausalLM.from_pretrained(dense_dir, **load_kwargs(torch.device("cpu"), dtype))
+        save_quantized(model, target, quantize_model(model, fmt, gguf_path=gguf_file).summary())
+        del model
+        loaded = load_saved(target, config, dtype)
+    return loaded
+
+
 def load_model(
     name_or_path: str | None = None,
     *,
@@ -235,13 +256,17 @@ def load_model(
     gguf_file = path if is_gguf_path(path) else None
     if gguf_file is not None:  # a GGUF file: dequantized once to `dtype`, cached by its SHA-256
         path = gguf_model_dir(gguf_file, dtype)
-    check_supported(AutoConfig.from_pretrained(path))  # refuse before loading gigabytes
+    config = AutoConfig.from_pretrained(path)
+    check_supported(config)  # refuse before loading gigabytes
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
-    summary = ""
-    if fmt.quantized:
-        from ragpic.core.weights.apply import quantize_model
+    if fmt.quantized and gguf_file is not None:  # quantized once, saved beside the dense folder
+        model, summary = _quantized_gguf(Path(f"{path}-{fmt.value}"), path, gguf_file, fmt, config, dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
+        summary = ""
+        if fmt.quantized:
+            from ragpic.core.weights.apply import quantize_model
 
-        summary = quantize_model(model, fmt, gguf_path=gguf_file).summary()
+            summary = quantize_model(model, fmt).summary()
     return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention, weights=fmt,
                       weights_summary=summary)

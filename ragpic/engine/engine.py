@@ -54,7 +54,8 @@ class RagPic:
         # stalled store cannot block others and concurrent streams interleave token by token.
         self._step = threading.Lock()
         self._pool = SlabPool()  # linked-cache memory, reused from one request to the next
-        self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype)
+        self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype,
+                                   weights=self.config.weights)
         self.store = store or open_store(
             self.config.store,
             fingerprint=self.lm.fingerprint,

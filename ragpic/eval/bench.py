@@ -33,9 +33,10 @@ import torch
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import SlabPool  # a type only: new_pool() makes one
 from ragpic.core.segments import Segment
-from ragpic.engine.offline import layer_rows, link_only, new_pool, prompt_ids, prompt_segments
+from ragpic.engine.offline import layer_rows, link_only, new_pool, prompt_ids, prompt_segments, request
 
 from ragpic.eval import scoring
+from ragpic.eval.answer import answer_row_fields, time_answer
 from ragpic.eval.data import load_haystack
 from ragpic.eval.peers import Peer
 from ragpic.eval.plots import plot_bench
@@ -140,9 +141,12 @@ def query_ids(tokenizer, n: int) -> list[int]:
 
 # ----------------------------------------------------------------------------- bench
 def _time_methods(lm: LoadedModel, seg_of: dict[str, list[Segment]], methods: list[str], repeats: int,
-                  pool: SlabPool, peers: dict[str, Peer]) -> tuple[dict[str, list[float]], dict[str, int]]:
+                  pool: SlabPool, peers: dict[str, Peer], answer_tokens: int = 0,
+                  answers: dict | None = None) -> tuple[dict[str, list[float]], dict[str, int]]:
     """Link seconds of every repeat per method and peer (the order rotates each repeat, so
-    drifting background load hits every one alike), and tokens each recomputed."""
+    drifting background load hits every one alike), and tokens each recomputed. With
+    ``answer_tokens``, each method's request also decodes its answer; ``answers[m]`` gathers
+    ``(decode s, tokens)`` per repeat."""
     names = methods + list(peers)
     times: dict[str, list[float]] = {m: [] for m in names}
     recomputed = {}
@@ -153,7 +157,12 @@ def _time_methods(lm: LoadedModel, seg_of: dict[str, list[Segment]], methods: li
                 times[m].append(peers[m](ids))
                 recomputed[m] = len(ids)
                 continue
-            req = link_only(lm, seg_of[m], method_of(m), pool=pool)  # the engine's request, linked
+            if answer_tokens:
+                req = request(lm, seg_of[m], method_of(m), answer_tokens, pool=pool).link()
+                link_s, decode_s, n = time_answer(req)
+                answers.setdefault(m, []).append((decode_s, n))
+            else:
+                req = link_only(lm, seg_of[m], method_of(m), pool=pool)  # the engine's request, linked
             times[m].append(req.linked.seconds)
             recomputed[m] = req.linked.recomputed
             req.release()
@@ -192,12 +201,15 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
               context_tokens: Sequence[int] = (1024, 2048, 4096, 8192), chunk_tokens: int = 512, k: int = 16,
               query_tokens: int = 32, repeats: int = 5, methods: Sequence[str] | str | None = None,
               measure_memory: bool = True, progress: Callable[[str], None] | None = None,
-              peers: dict[str, Peer] | None = None) -> dict:
+              peers: dict[str, Peer] | None = None, answer_tokens: int = 0,
+              answer_peer: Callable[[int], dict] | None = None) -> dict:
     """Time every method at every context length. Returns ``{"config", "rows"}``.
 
     ``legolink-K`` in ``methods`` is taken as given; ``k`` replaces the K of a bare
     ``legolink`` entry (the default list's ``legolink-16`` follows ``--k``). ``peers``
     (:mod:`ragpic.eval.peers`) are timed in the same rotation, on the same ids as ``full``.
+    ``answer_tokens``: also decode that many tokens per request (:mod:`ragpic.eval.answer`);
+    ``answer_peer(T)`` gives a peer's answer row at ``T`` tokens (llama.cpp's llama-bench).
     """
     methods = _bench_methods(methods, k)
     peers = dict(peers or {})
@@ -224,9 +236,16 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
                 link_only(lm, seg_of[m], method_of(m), pool=pool).release()
             for run in peers.values():
                 run(prompt_ids(seg_of["full"]))
-        times, recomputed = _time_methods(lm, seg_of, methods, repeats, pool, peers)
+        answers: dict = {}
+        times, recomputed = _time_methods(lm, seg_of, methods, repeats, pool, peers, answer_tokens, answers)
         length_rows, mem_how = _rows_for_length(lm, T, seg_of, methods, times, recomputed, len(chunks),
                                                 measure_memory)
+        for r in length_rows:
+            if r["method"] in answers:
+                runs = answers[r["method"]]
+                r.update(answer_row_fields(times[r["method"]], [d for d, _ in runs], [n for _, n in runs]))
+        if answer_peer is not None:
+            length_rows.append({"context_tokens": len(prompt_ids(seg_of["full"])), **answer_peer(len(prompt_ids(seg_of["full"])))})
         rows += length_rows
         if progress:
             progress(f"{T} tokens: " + "  ".join(f"{r['method']} {r['ttft_median_s']:.3f}s" for r in length_rows))
@@ -238,14 +257,31 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
                        "query_tokens": query_tokens, "repeats": repeats, "methods": methods,
                        "peers": list(peers), "model": lm.name,
                        "device": str(lm.device), "dtype": str(lm.dtype), "torch_threads": torch.get_num_threads(),
-                       "peak_mem_method": mem_how},
+                       "peak_mem_method": mem_how, "answer_tokens": answer_tokens},
             "rows": rows}
 
 
 def format_table(result: dict) -> str:
+    if result["config"].get("answer_tokens"):
+        return format_answer_table(result)
     head = f"{'ctx':>6} {'method':<15}{'ttft_s':>9}{'speedup':>9}{'flop_lim':>9}{'recomp':>8}{'peak_MB':>9}"
     lines = [head, "-" * len(head)]
     for r in result["rows"]:
         lines.append(f"{r['context_tokens']:>6} {r['method']:<15}{r['ttft_median_s']:>9.3f}{r['ratio_vs_full']:>8.1f}x"
                      f"{r['flop_limit_ratio']:>8.1f}x{r['recomputed_tokens']:>8}{r['peak_mem_mb']:>9.1f}")
+    return "\n".join(lines)
+
+
+def format_answer_table(result: dict) -> str:
+    """The ``--answer-tokens`` table: TTFT, decode rate and the whole answer per method."""
+    n = result["config"]["answer_tokens"]
+    head = f"{'ctx':>6} {'method':<15}{'ttft_s':>9}{'decode_tok/s':>13}{f'answer{n}_s':>12}{'vs_full':>9}"
+    lines = [head, "-" * len(head)]
+    full = {r["context_tokens"]: r.get("answer_median_s") for r in result["rows"] if r["method"] == "full"}
+    for r in result["rows"]:
+        ref = full.get(r["context_tokens"]) or min(full.values(), default=None)
+        ratio = ref / r["answer_median_s"] if ref and r.get("answer_median_s") else float("nan")
+        lines.append(f"{r['context_tokens']:>6} {r['method']:<15}{r['ttft_median_s']:>9.3f}"
+                     f"{r.get('decode_tok_s', float('nan')):>13.1f}{r.get('answer_median_s', float('nan')):>12.2f}"
+                     f"{ratio:>8.1f}x")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""A GGUF file as ``Config(model=...)``: converted exactly, cached once by SHA-256, refused when
+"""A GGUF file as ``Config(model=...)``: converted exactly (weights="dense"), cached once by SHA-256, refused when
 its architecture is not linkable or the file is cut short."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_gguf_converts_to_the_same_model(tmp_path, home, kind, overrides):
     path = tmp_path / f"tiny-{kind}.gguf"
     src = write_tiny_gguf(path, kind, **overrides)
     assert read_header(path).architecture == kind
-    lm = load_model(str(path), device="cpu")
+    lm = load_model(str(path), device="cpu", weights="dense")
     assert lm.model.config.model_type == kind
     assert lm.model.config.rope_parameters["rope_theta"] == 1e6
     ids, want = _logits(src.model, src.tokenizer)
@@ -67,22 +67,22 @@ def test_every_gguf_architecture_is_one_ragpic_links_and_transformers_reads():
 def test_config_gguf_is_cached_once_and_a_second_engine_reuses_it(tmp_path, home):
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path, "qwen2")
-    first = RagPic(Config(model=str(path), device="cpu"))
+    first = RagPic(Config(model=str(path), device="cpu", weights="dense"))
     assert len(home) == 1
     folders = list((tmp_path / "home" / "models" / "gguf").glob("tiny-*-float32"))
     assert len(folders) == 1 and (folders[0] / "config.json").is_file()
     weights = next(folders[0].glob("*.safetensors"))
     stamp = weights.stat().st_mtime_ns
-    second = RagPic(Config(model=str(path), device="cpu"))
+    second = RagPic(Config(model=str(path), device="cpu", weights="dense"))
     assert len(home) == 1 and weights.stat().st_mtime_ns == stamp  # no second conversion
     assert second.lm.fingerprint == first.lm.fingerprint
     # keyed by content: a copy elsewhere under the same name reuses the folder...
     (tmp_path / "copy").mkdir()
     shutil.copy(path, tmp_path / "copy" / "tiny.gguf")
-    load_model(str(tmp_path / "copy" / "tiny.gguf"), device="cpu")
+    load_model(str(tmp_path / "copy" / "tiny.gguf"), device="cpu", weights="dense")
     assert len(home) == 1
     # ...another dtype is its own conversion, to that dtype
-    lm = load_model(str(path), device="cpu", dtype="bfloat16")
+    lm = load_model(str(path), device="cpu", dtype="bfloat16", weights="dense")
     assert len(home) == 2 and lm.model.dtype == torch.bfloat16
     assert len(list((tmp_path / "home" / "models" / "gguf").glob("tiny-*-bfloat16"))) == 1
 

@@ -93,3 +93,11 @@ def test_weight_names_are_checked_and_auto_resolves_by_machine():
         resolve_weights(WeightFormat.GGUF, gguf=False, device=cpu, dtype=None)
     with pytest.raises(ConfigError, match="CPU kernels"):
         resolve_weights(WeightFormat.INT8, gguf=False, device=gpu, dtype=None)
+
+
+def test_config_takes_a_weight_format_and_names_the_argument_when_wrong():
+    from ragpic import Config
+
+    assert Config(weights="int4").weights is WeightFormat.INT4 and Config().weights is WeightFormat.AUTO
+    with pytest.raises(ConfigError, match="weights must be one of"):
+        Config(weights="q4")

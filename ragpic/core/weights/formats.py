@@ -3,7 +3,7 @@
 ``Config(weights=...)``, ``load_model(weights=...)`` and the command lines' ``--weights`` parse a
 name here once (:func:`parse_weights`); below them a :class:`WeightFormat` travels. What each
 format costs and keeps is measured in docs/RESULTS.md §17; what ``auto`` resolves to is
-:func:`ragpic.core.weights.resolve.resolve_weights` (docs/ARCHITECTURE.md §2.1).
+:func:`ragpic.core.weights.resolve.resolve_weights` (docs/ARCHITECTURE.md §4.8).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class WeightFormat(str, Enum):
     DENSE = "dense"  # every weight in the compute dtype (fp32, bf16 or fp16: Config.dtype)
     INT8 = "int8"  # linear layers weight-only int8, one scale per output row
     INT4 = "int4"  # linear layers weight-only int4, a scale and zero point per 32 inputs
-    GGUF = "gguf"  # a GGUF's Q4_0/Q4_1/Q4_K blocks kept as int4 (exact), every other tensor int8
+    GGUF = "gguf"  # a GGUF's Q4_0/Q4_1/Q4_K blocks kept as int4 (exact), every other tensor re-quantized to int4
 
     __str__ = str.__str__
     __format__ = str.__format__

@@ -1,4 +1,4 @@
-"""Weight-only quantized layers on torch's own CPU kernels (docs/ARCHITECTURE.md §2.1).
+"""Weight-only quantized layers on torch's own CPU kernels (docs/ARCHITECTURE.md §4.8).
 
 :class:`Int8Linear` holds ``(N, K)`` int8 codes and one scale per output row and runs
 ``aten._weight_int8pack_mm``; :class:`Int4Linear` holds 4-bit codes with a scale and a zero

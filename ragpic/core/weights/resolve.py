@@ -1,7 +1,7 @@
-"""What ``weights="auto"`` and an unset ``dtype`` become on this machine (docs/ARCHITECTURE.md §2.1).
+"""What ``weights="auto"`` and an unset ``dtype`` become on this machine (docs/ARCHITECTURE.md §4.8).
 
 The choice follows docs/RESULTS.md §17 (Qwen2.5-Coder-0.5B Q4_K_M, 2 threads, AVX-512 with
-AVX512_BF16): on a CPU with native bf16 a GGUF keeps its own 4-bit blocks (int8 for the rest)
+AVX512_BF16): on a CPU with native bf16 a GGUF keeps its own 4-bit blocks (the rest re-quantized to int4)
 and computes in bf16, which decodes ~4x faster than the dense fp32 default it replaces at a
 teacher-forced KL stated there; a Hugging Face folder keeps its dense weights, in ``dtype``.
 Without native bf16 the weight-only kernels' only fast path (bf16 activations) is emulated,
