@@ -244,8 +244,9 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
             if r["method"] in answers:
                 runs = answers[r["method"]]
                 r.update(answer_row_fields(times[r["method"]], [d for d, _ in runs], [n for _, n in runs]))
-        if answer_peer is not None:
-            length_rows.append({"context_tokens": len(prompt_ids(seg_of["full"])), **answer_peer(len(prompt_ids(seg_of["full"])))})
+        if answer_peer is not None:  # on full's ids, as every peer
+            n_ids = len(prompt_ids(seg_of["full"]))
+            length_rows.append({"context_tokens": n_ids, **answer_peer(n_ids)})
         rows += length_rows
         if progress:
             progress(f"{T} tokens: " + "  ".join(f"{r['method']} {r['ttft_median_s']:.3f}s" for r in length_rows))

@@ -81,19 +81,23 @@ def test_bench_tiny_end_to_end(tmp_path):
     json.dumps(res)
 
 
-def test_cli_bench(tmp_path, capsys):
+def _cli_args(tmp_path, out, *extra: str) -> list[str]:
+    """``ragpic bench`` on a saved tiny model and a one-file haystack, writing JSON to ``out``."""
     from tiny import TEXT, saved_tiny_model
 
-    from ragpic.cli import main
-
-    model_dir = saved_tiny_model(tmp_path / "m")
     hay = tmp_path / "hay"
     hay.mkdir()
     (hay / "a.txt").write_text(TEXT * 4)
+    return ["bench", "--haystack", str(hay), "--model", str(saved_tiny_model(tmp_path / "m")), "--device", "cpu",
+            "--chunk-tokens", "32", "--query-tokens", "8", "--repeats", "1", "--no-memory", "--json", str(out),
+            "--quiet", *extra]
+
+
+def test_cli_bench(tmp_path, capsys):
+    from ragpic.cli import main
+
     out = tmp_path / "bench.json"
-    assert main(["bench", "--haystack", str(hay), "--model", str(model_dir), "--device", "cpu",
-                 "--context-tokens", "64,128", "--chunk-tokens", "32", "--k", "2", "--query-tokens", "8",
-                 "--repeats", "1", "--methods", "naive,legolink", "--no-memory", "--json", str(out), "--quiet"]) == 0
+    assert main(_cli_args(tmp_path, out, "--context-tokens", "64,128", "--k", "2", "--methods", "naive,legolink")) == 0
     data = json.loads(out.read_text())
     assert {r["method"] for r in data["rows"]} == {"full", "naive", "legolink-2"}
     assert all(r["peak_mem_mb"] is None for r in data["rows"])  # NaN -> null in JSON
@@ -136,3 +140,28 @@ def test_cli_bench_refuses_an_unknown_or_missing_peer(capsys):
     if importlib.util.find_spec("llama_cpp") is None:
         assert main(["bench", "--peers", "llama.cpp"]) == 2
         assert "llama-cpp-python is not installed" in capsys.readouterr().err
+
+
+def test_bench_times_whole_answers_with_answer_tokens(tmp_path, capsys):
+    """--answer-tokens: every method's request decodes its answer; TTFT, decode rate and the
+    whole answer's time come per row, and the CLI adds the weights, bandwidth and peak RSS."""
+    from tiny import TEXT, tiny_lm
+
+    from ragpic.cli import main
+    from ragpic.eval.bench import format_table, run_bench
+
+    lm = tiny_lm("llama")
+    lm.model.generation_config.eos_token_id = None  # every answer runs to its 6 tokens
+    res = run_bench(lm, text=TEXT * 8, context_tokens=[96], chunk_tokens=32, query_tokens=8, repeats=2,
+                    methods=["legolink-4"], measure_memory=False, answer_tokens=6)
+    for r in res["rows"]:
+        assert r["answer_tokens"] == 6 and r["decode_tok_s"] > 0
+        assert r["answer_median_s"] > r["ttft_median_s"] > 0 and len(r["answer_s"]) == 2
+    assert "answer6_s" in format_table(res)
+
+    out = tmp_path / "bench.json"
+    assert main(_cli_args(tmp_path, out, "--context-tokens", "64", "--methods", "legolink-2", "--answer-tokens", "4")) == 0
+    config = json.loads(out.read_text())["config"]
+    assert config["weights"] == "dense" and config["bandwidth_gb_s"] > 0 and config["decode_limit_tok_s"] > 0
+    assert config["peak_rss_mb"] >= config["loaded_peak_rss_mb"] > 0
+    assert "answer4_s" in capsys.readouterr().out

@@ -61,7 +61,31 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return codes.transpose(1, 2).reshape(n, 2 * half)
 
 
-class Int8Linear(nn.Module):
+class _WeightOnly(nn.Module):
+    """What both quantized linears share: the kernel for a few rows, the dense GEMM from
+    :data:`DENSE_FROM` rows on (or when the activations are not in the scales' dtype)."""
+
+    in_features: int
+    out_features: int
+
+    def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        raise NotImplementedError
+
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
+        """``(M, K)`` -> ``(M, N)`` through the weight-only kernel, or None where it does not apply."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        y = self.kernel(flat) if flat.shape[0] < DENSE_FROM else None
+        if y is None:
+            y = nn.functional.linear(flat, self.dense_weight(flat.dtype))
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+class Int8Linear(_WeightOnly):
     """``y = x W^T + b`` with ``W`` as int8 codes. ``(..., K)`` -> ``(..., N)`` in ``x``'s dtype.
 
     Buffers: ``codes`` ``(N, K)`` int8, ``scales`` ``(N,)`` and ``bias`` ``(N,)`` (or None) in the
@@ -79,21 +103,16 @@ class Int8Linear(nn.Module):
         """``(N, K)`` dequantized weight."""
         return self.codes.to(dtype) * self.scales.to(dtype)[:, None]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] >= DENSE_FROM or flat.dtype != self.scales.dtype:
-            y = nn.functional.linear(flat, self.dense_weight(flat.dtype))
-        else:
-            y = torch.ops.aten._weight_int8pack_mm(flat.contiguous(), self.codes, self.scales)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
+        if flat.dtype != self.scales.dtype:
+            return None
+        return torch.ops.aten._weight_int8pack_mm(flat.contiguous(), self.codes, self.scales)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(_WeightOnly):
     """``y = x W^T + b`` with ``W`` as 4-bit codes. ``(..., K)`` -> ``(..., N)`` in ``x``'s dtype.
 
     Buffers: ``packed`` ``(N, K/2)`` uint8 (:func:`pack_int4`), ``scales_zeros``
@@ -120,15 +139,10 @@ class Int4Linear(nn.Module):
         zero = sz[..., 1].t().repeat_interleave(GROUP, dim=1)
         return (unpack_int4(self.packed).to(dtype) - 8) * scale + zero
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] >= DENSE_FROM or flat.dtype != self.scales_zeros.dtype:
-            y = nn.functional.linear(flat, self.dense_weight(flat.dtype))
-        else:
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat.contiguous(), self.packed, GROUP, self.scales_zeros)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
+        if flat.dtype != self.scales_zeros.dtype:
+            return None
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(flat.contiguous(), self.packed, GROUP, self.scales_zeros)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 group {GROUP}"
