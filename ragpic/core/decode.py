@@ -202,5 +202,5 @@ class DecodeBuffers:
         p = self.prompt_len + i
         step = decode_step_for(lm)
         if step is not None:  # the model's arithmetic without transformers' per-layer plumbing
-            return step(token, (p,), (cache,))[0]
+            return step(token, (p,), (cache,), self.positions[i:i + 1])[0]
         return forward_rows(lm, cache, token, self.positions[i:i + 1], p + 1, mask=self.step_mask(i))[-1].float()

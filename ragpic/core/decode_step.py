@@ -51,15 +51,19 @@ class DecodeStep:
         self.window = lm.sliding_window
 
     @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor, positions: Sequence[int], caches: Sequence[LinkedCache]) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, positions: Sequence[int], caches: Sequence[LinkedCache],
+                 device_positions: torch.Tensor | None = None) -> torch.Tensor:
         """``ids``: ``(B,)`` int64 on the model's device; ``positions[b]``: where ``ids[b]`` sits
-        (its cache's rows ``[0, positions[b])`` filled). Each cache's ``length`` becomes
-        ``positions[b] + 1``."""
+        (its cache's rows ``[0, positions[b])`` filled); ``device_positions``: the same ``(B,)``
+        on the device when the caller has them (decode's buffers: no host-to-device copy a
+        token). Each cache's ``length`` becomes ``positions[b] + 1``."""
         bsz, dh = ids.shape[0], self.head_dim
         for c, p in zip(caches, positions):
             if p >= c.capacity:
                 raise ValueError(f"position {p} is past a linked cache of {c.capacity} rows")
-        pos = torch.tensor(list(positions), dtype=torch.long).to(ids.device).view(bsz, 1)
+        if device_positions is None:
+            device_positions = torch.tensor(list(positions), dtype=torch.long).to(ids.device)
+        pos = device_positions.view(bsz, 1)
         h = self.embed(ids.view(bsz, 1))  # (B, 1, D)
         cos, sin = self.rotary(h, pos)  # (B, 1, dh) in the model dtype
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, 1, dh): broadcast over heads

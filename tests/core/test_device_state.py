@@ -35,9 +35,11 @@ def test_decode_mask_buffer_equals_a_mask_built_per_step(window):
         assert int(bufs.positions[i]) == p
 
 
-def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch):
-    """Decode steps: a one-row step gets the buffer's mask view and no bands."""
-    lm = tiny_lm("llama", num_hidden_layers=2)
+@pytest.mark.parametrize("kind", ["llama", "gemma"])
+def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch, kind):
+    """Decode steps build no mask: the lean step (llama) no forward step at all; the generic
+    forward (gemma) a one-row step with the buffer's mask view and no bands."""
+    lm = tiny_lm(kind, num_hidden_layers=2)
     lm.model.generation_config.eos_token_id = None
     segs = linked_prompt(lm, compile_texts(lm))
     res = link(lm, segs, "legolink-2", extra_capacity=4)
@@ -48,7 +50,7 @@ def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch):
     monkeypatch.setattr(forward, "step_inputs", lambda *a, **k: seen.append(real_step(*a, **k)) or seen[-1])
     monkeypatch.setattr(forward, "additive_mask", lambda *a, **k: built.append(1) or real_mask(*a, **k))
     tokens = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=4)))
-    assert len(tokens) == 4 and len(seen) == 3 and built == []
+    assert len(tokens) == 4 and len(seen) == (0 if kind == "llama" else 3) and built == []
     assert all(step.plan is None and step.mask.shape[-2] == 1 for step in seen)
 
 

@@ -66,7 +66,8 @@ def test_batched_logits_match_single_step():
 
 
 def test_batched_step_refuses_a_model_off_ragpic_attention():
-    lm = tiny_lm("llama", banded=False)
+    """The generic batched forward (gemma: no lean step) needs ragpic's attention to read its plan."""
+    lm = tiny_lm("gemma", banded=False)
     res = link(lm, [text_segment(lm.tokenizer, PROMPTS[0])], "full", extra_capacity=2)
     assert not supports_batching(lm)
     with pytest.raises(ValueError, match="ragpic's attention"):
