@@ -18,15 +18,15 @@ import torch
 
 from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
-from ragpic.core.gguf import gguf_model_dir, is_gguf_path
+from ragpic.core.gguf import check_gguf, gguf_model_dir, is_gguf_path
 from ragpic.core.ops import attention
 from ragpic.core.ops.attention import ATTENTION_NAME, AttentionPlan, Band, banded_sdpa, uses_banded_attention
 from ragpic.core.ops.device import auto_dtype, default_dtype, normalize_device
 from ragpic.core.weights import WeightFormat, parse_weights
 from ragpic.errors import UnsupportedModelError
 
-__all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "use_banded_attention",
-           "wrap_model"]
+__all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "load_tokenizer",
+           "use_banded_attention", "wrap_model"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
 # RoPE types whose angle is a fixed function of (position, frequency): a key computed at
@@ -270,3 +270,19 @@ def load_model(
             summary = quantize_model(model, fmt).summary()
     return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention, weights=fmt,
                       weights_summary=summary)
+
+
+def load_tokenizer(name_or_path: str | None = None):
+    """The tokenizer :func:`load_model` would load for ``name_or_path``, without the weights:
+    what chunking at ingest counts with (a GGUF's own, read from the file, so nothing is
+    dequantized for it)."""
+    from transformers import AutoTokenizer
+
+    name = name_or_path or DEFAULT_MODEL
+    if name == DEFAULT_MODEL:
+        return AutoTokenizer.from_pretrained(default_model_dir())
+    if is_gguf_path(name):
+        path = Path(name).expanduser()
+        check_gguf(path)
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return AutoTokenizer.from_pretrained(name)

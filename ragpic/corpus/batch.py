@@ -1,0 +1,102 @@
+"""One batch of a corpus compile on one worker: plan, compile, encode, write, each timed.
+
+Every worker, in process or a Ray actor, runs :func:`compile_batch` on its own engine. A batch
+is idempotent: the plan skips chunks the store already holds (content-addressed keys,
+ARCHITECTURE §4.4) and an entry is written whole or not at all (payload before its meta key),
+so a batch retried after its worker died writes only what the dead worker had not.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ragpic.core.compile import compile_chunks
+from ragpic.engine.compile_plan import plan_compile
+from ragpic.errors import ChunkError, StoreError
+
+if TYPE_CHECKING:
+    from ragpic.engine.engine import RagPic
+
+__all__ = ["BatchResult", "compile_batch", "worker_name"]
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process: which worker did a batch (per-worker rates)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch did.
+
+    Attributes:
+        worker: ``host:pid`` of the process that ran it.
+        chunks: chunk occurrences in the batch (repeats and short texts included).
+        compiled / stored_before / short: distinct texts compiled now / found in the store /
+            under ``min_chunk_tokens`` (never cached or matched, so never compiled).
+        tokens: tokens compiled now.
+        compile_s / encode_s / write_s: the forward passes / quantizing and serializing / the
+            store's I/O (what ``--ray`` keeps off the critical path: see docs/SCALING.md).
+        keys: the store key of every cacheable chunk (the run checks them all at its end).
+    """
+
+    worker: str
+    chunks: int = 0
+    compiled: int = 0
+    stored_before: int = 0
+    short: int = 0
+    tokens: int = 0
+    compile_s: float = 0.0
+    encode_s: float = 0.0
+    write_s: float = 0.0
+    keys: list[str] = field(default_factory=list)
+
+
+def compile_batch(engine: "RagPic", texts: Sequence[str], wheres: Sequence[str], *,
+                  on_compiled: Callable[[int], None] | None = None) -> BatchResult:
+    """Compile and store the chunk ``texts`` the store lacks; ``wheres[i]`` names chunk ``i``
+    (``doc.md#3``) in errors. ``on_compiled(n)``: ``n`` more chunks compiled (a progress bar).
+
+    Raises:
+        ChunkError: a chunk that cannot be compiled, naming its document and place.
+        StoreError: a write that failed (the store is down or full): the batch is not done.
+    """
+    method = engine.method_of()
+    out = BatchResult(worker_name(), chunks=len(texts))
+    try:
+        plan = plan_compile(engine, texts, method)
+    except ChunkError as e:
+        raise ChunkError(f"{wheres[e.index or 0]}: {e}", e.index) from e
+    short = set(plan.skipped)
+    out.short = len({t for i, t in enumerate(plan.texts) if i in short})
+    out.keys = list(dict.fromkeys(k for i, k in enumerate(plan.keys) if i not in short))
+    out.stored_before = len(out.keys) - len(plan.todo)
+    if not plan.todo:
+        return out
+    where_of = {t: w for t, w in zip(texts, wheres)}
+    tok = engine.lm.tokenizer
+    t0 = time.perf_counter()
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for _, t in plan.todo]
+    try:
+        kvs = compile_chunks(engine.lm, ids, recipe=method.recipe, batch_tokens=engine.config.batch_tokens,
+                             on_progress=on_compiled)
+    except ChunkError as e:
+        text = plan.todo[e.index or 0][1]
+        raise ChunkError(f"{where_of[text]}: {e}", e.index) from e
+    t1 = time.perf_counter()
+    items = {k: (kv.to("cpu"), t) for (k, t), kv in zip(plan.todo, kvs)}
+    encoded = engine.store.encode_many(items, strict=True)
+    t2 = time.perf_counter()
+    stored = engine.store.write(encoded, strict=True)
+    t3 = time.perf_counter()
+    if len(stored) != len(plan.todo):  # strict writes raise; a store that answered less must not pass
+        lost = [where_of[t] for k, t in plan.todo if k not in set(stored)]
+        raise StoreError(f"{len(lost)} chunks were not stored (first: {lost[0]}); is the store full or read-only?")
+    out.compiled, out.tokens = len(plan.todo), sum(len(i) for i in ids)
+    out.compile_s, out.encode_s, out.write_s = t1 - t0, t2 - t1, t3 - t2
+    return out

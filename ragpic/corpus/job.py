@@ -1,0 +1,58 @@
+"""What a corpus compile is: the settings every worker of one run shares (picklable, no torch).
+
+One :class:`CompileJob` goes to every worker, in process or on a Ray cluster, so every worker
+builds the same engine (model, weights, dtype, KV format, compile recipe) and writes the same
+content-addressed keys into the same store (ARCHITECTURE §4.4): a chunk compiled twice, by a
+retry or a second run, lands on the same entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ragpic.config import Config
+from ragpic.corpus.chunking import CHUNKERS
+from ragpic.errors import UsageError
+
+__all__ = ["CompileJob"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompileJob:
+    """Attributes:
+        store: the store spec every worker writes into (a folder, ``redis://``, ``redis-cluster://``).
+        model, dtype, weights, kv_quant, method: as in :class:`ragpic.Config` (``method`` picks the
+            compile recipe: ``legolink-0`` compiles behind dummy rows, every other method plain).
+        chunker, chunk_tokens: how documents become chunks (:mod:`ragpic.corpus.chunking`).
+        batch_chunks: chunks one worker compiles and writes per batch (a retry redoes at most one).
+        threads: torch CPU threads per worker (0: torch's choice).
+    """
+
+    store: str
+    model: str | None = None
+    dtype: str | None = None
+    weights: str = "auto"
+    kv_quant: str = "int8"
+    method: str = "legolink-16"
+    chunker: str = "llamaindex"
+    chunk_tokens: int = 512
+    batch_chunks: int = 32
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.store, str) or not self.store.strip() or self.store == "memory":
+            raise UsageError(f"store must be a folder or a redis:// URL that outlives the run, got {self.store!r}")
+        if self.chunker not in CHUNKERS:
+            raise UsageError(f"chunker must be one of {', '.join(CHUNKERS)}, got {self.chunker!r}")
+        for name in ("chunk_tokens", "batch_chunks"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise UsageError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
+        self.config()  # model, dtype, weights, KV format and method checked before any work
+
+    def config(self) -> Config:
+        """The engine's settings: no hot tier (ingest reads nothing back), no compile on miss."""
+        return Config(model=self.model, dtype=self.dtype, weights=self.weights, kv_quant=self.kv_quant,
+                      method=self.method, store=self.store, memory_cache_mb=0, store_stats_interval_s=0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
