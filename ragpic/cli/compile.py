@@ -8,7 +8,9 @@ end (the summary says how many); 2 a usage error, before anything loads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
 
 from ragpic.cmdline import at_least, check_model, method_name, need_module
@@ -95,17 +97,21 @@ def run(args: argparse.Namespace) -> int:
 
     job = _job(args)
     progress = not args.quiet
-    if args.ray is not None:
-        from ragpic.corpus.on_ray import compile_on_ray
+    # stdout carries the summary (--json: nothing else); libraries that print (LlamaIndex's
+    # splitter warns with print) go to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        if args.ray is not None:
+            from ragpic.corpus.on_ray import compile_on_ray
 
-        report = compile_on_ray(job, args.sources, address=args.ray or None, workers=args.workers,
-                                cpus_per_worker=args.cpus_per_worker, progress=progress)
-    else:
-        if args.threads:
-            import torch
+            logging.getLogger("ray.data").setLevel(logging.WARNING)  # its plan and stats lines; ours is the bar
+            report = compile_on_ray(job, args.sources, address=args.ray or None, workers=args.workers,
+                                    cpus_per_worker=args.cpus_per_worker, progress=progress)
+        else:
+            if args.threads:
+                import torch
 
-            torch.set_num_threads(args.threads)
-        report = compile_in_process(job, read_sources(args.sources), progress=progress)
+                torch.set_num_threads(args.threads)
+            report = compile_in_process(job, read_sources(args.sources), progress=progress)
     if args.json_out:
         print(json.dumps(report.to_json(), indent=1))
     else:

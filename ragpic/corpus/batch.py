@@ -90,9 +90,12 @@ def compile_batch(engine: "RagPic", texts: Sequence[str], wheres: Sequence[str],
         raise ChunkError(f"{where_of[text]}: {e}", e.index) from e
     t1 = time.perf_counter()
     items = {k: (kv.to("cpu"), t) for (k, t), kv in zip(plan.todo, kvs)}
-    encoded = engine.store.encode_many(items, strict=True)
-    t2 = time.perf_counter()
-    stored = engine.store.write(encoded, strict=True)
+    try:
+        encoded = engine.store.encode_many(items, strict=True)
+        t2 = time.perf_counter()
+        stored = engine.store.write(encoded, strict=True)
+    except StoreError as e:  # which documents this batch held: the run resumes from there
+        raise StoreError(f"batch {wheres[0]} .. {wheres[-1]}: {e}") from e
     t3 = time.perf_counter()
     if len(stored) != len(plan.todo):  # strict writes raise; a store that answered less must not pass
         lost = [where_of[t] for k, t in plan.todo if k not in set(stored)]

@@ -40,6 +40,12 @@ def open_engine(job: CompileJob, lm: Any = None) -> "RagPic":
     if engine.store.backend is None:
         raise StoreError(f"store {job.store!r} could not be opened (see the warning above): nothing would be "
                          "kept; start the server or fix the folder and run again")
+    try:  # a Redis backend connects lazily: ask once now, before any chunk is compiled for nothing
+        engine.store.backend.contains_many(["0" * 64])
+    except Exception as e:  # noqa: BLE001 - redis-py and sqlite raise their own types
+        engine.store.close()
+        raise StoreError(f"store {job.store!r} could not be opened: {type(e).__name__}: {e}; start the server "
+                         "or fix the folder and run again") from e
     return engine
 
 

@@ -1,0 +1,152 @@
+"""``ragpic compile`` in process: chunk texts as the frameworks cut them, idempotent runs,
+resumption after a kill, and failures that are never reported as success (tiny random model)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from corpus_helpers import folder_keys, write_corpus, write_jsonl
+from tiny import saved_tiny_model
+
+from ragpic.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    return str(saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "docs")
+
+
+def compile_json(capsys, *args: str) -> tuple[int, dict]:
+    code = main(["compile", *args, "--quiet", "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if code in (0, 1) else {}
+
+
+def keys_of(model: str, texts: list[str]) -> set[str]:
+    """The store keys of ``texts``, less those under ``min_chunk_tokens`` (never cached)."""
+    from ragpic import Config
+    from ragpic.cache import chunk_key
+    from ragpic.core.model import load_model
+
+    lm = load_model(model, device="cpu")
+    n = lambda t: len(lm.tokenizer(t, add_special_tokens=False)["input_ids"])
+    return {chunk_key(lm.fingerprint, t, "plain", lm.dtype) for t in texts if n(t) >= Config().min_chunk_tokens}
+
+
+def test_keys_are_the_chunks_llamaindex_puts_in_prompts(model, corpus, tmp_path, capsys):
+    """The store holds exactly the node texts a LlamaIndex pipeline over the same files makes
+    (SentenceSplitter in model tokens, the file metadata line): what the demo's index links."""
+    from llama_index.core import Document
+    from llama_index.core.node_parser import SentenceSplitter
+    from transformers import AutoTokenizer
+
+    from ragpic.retriever_hooks.llamaindex import node_text
+
+    code, report = compile_json(capsys, str(corpus), "--store", str(tmp_path / "kv"), "--model", model,
+                                "--chunk-tokens", "64")
+    assert code == 0 and report["ok"]
+    tok = AutoTokenizer.from_pretrained(model)
+    splitter = SentenceSplitter(chunk_size=64, chunk_overlap=0,
+                                tokenizer=lambda t: tok(t, add_special_tokens=False)["input_ids"])
+    names = ["doc0.txt", "doc1.md", "sub/doc2.txt"]  # the hidden folder's file is skipped
+    nodes = splitter.get_nodes_from_documents(
+        [Document(text=(corpus / n).read_text(), id_=n, metadata={"file": n}) for n in names])
+    texts = [node_text(n) for n in nodes]
+    assert report["documents"] == 3 and report["chunks"] == len(texts) > 20
+    assert all(t.startswith("file: ") for t in texts)
+    assert folder_keys(tmp_path / "kv") == keys_of(model, texts)
+
+
+def test_a_second_run_compiles_nothing(model, corpus, tmp_path, capsys):
+    store = ["--store", str(tmp_path / "kv"), "--model", model, "--chunk-tokens", "64"]
+    code, first = compile_json(capsys, str(corpus), *store)
+    assert code == 0 and first["compiled"] == first["distinct"] > 0 and first["tokens"] > 0
+    assert first["write_s"] > 0 and first["compile_s"] > 0
+    code, second = compile_json(capsys, str(corpus), *store)
+    assert code == 0 and second["compiled"] == 0 and second["tokens"] == 0
+    assert second["stored_before"] == first["distinct"] and second["missing"] == 0
+    assert main(["store", "check", str(tmp_path / "kv")]) == 0
+
+
+def test_jsonl_with_the_langchain_chunker(model, tmp_path, capsys):
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+    from transformers import AutoTokenizer
+
+    rows = write_jsonl(tmp_path / "rows.jsonl")
+    code, report = compile_json(capsys, str(rows), "--store", str(tmp_path / "kv"), "--model", model,
+                                "--chunker", "langchain", "--chunk-tokens", "32")
+    assert code == 0 and report["documents"] == 4
+    splitter = RecursiveCharacterTextSplitter.from_huggingface_tokenizer(
+        AutoTokenizer.from_pretrained(model), chunk_size=32, chunk_overlap=0)
+    texts = [c for line in rows.read_text().splitlines() if line.strip()
+             for c in splitter.split_text(json.loads(line)["text"])]
+    assert folder_keys(tmp_path / "kv") == keys_of(model, texts)
+
+
+def test_the_python_api_takes_framework_documents(model, tmp_path):
+    """LlamaIndex Documents keep their own settings: a key hidden from the LLM stays out of the text."""
+    from llama_index.core import Document
+
+    from ragpic.corpus import CompileJob, compile_corpus
+
+    docs = [Document(text="the quick brown fox jumps over the lazy dog. " * 6, metadata={"title": "fox", "secret": "x"},
+                     excluded_llm_metadata_keys=["secret"])]
+    report = compile_corpus(CompileJob(store=str(tmp_path / "kv"), model=model, chunk_tokens=256), docs,
+                            progress=False)
+    assert report.ok and report.compiled == 1
+    assert folder_keys(tmp_path / "kv") == keys_of(model, ["title: fox\n\n" + docs[0].text.strip()])
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["/no/such/folder"], "SOURCE /no/such/folder: no such file or folder"),
+    (["{corpus}", "--store", "memory"], "--store 'memory': a memory store ends with the run"),
+    (["{corpus}", "--store", "s3://bucket/kv"], "--store: store='s3://bucket/kv': unknown scheme"),
+    (["{corpus}", "--chunk-tokens", "8"], "argument --chunk-tokens: must be >= 16"),
+    (["{corpus}", "--chunker", "words"], "argument --chunker: invalid choice: 'words'"),
+    (["{bad}"], "bad.jsonl:2: not JSON"),
+])
+def test_bad_input_names_the_argument(model, corpus, tmp_path, capsys, args, expect):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "a fine first line, long enough to be a chunk of its own"}\n{"text": oops}\n')
+    args = [a.format(corpus=corpus, bad=bad) for a in args]
+    store = [] if "--store" in args else ["--store", str(tmp_path / "kv")]
+    assert main(["compile", *args, *store, "--model", model, "--quiet"]) == 2
+    assert expect in capsys.readouterr().err
+    assert not (tmp_path / "kv" / "entries").exists() or not folder_keys(tmp_path / "kv")
+
+
+def test_a_killed_run_finishes_when_run_again(model, tmp_path):
+    """SIGKILL mid-run keeps the batches written; the rerun compiles only the rest, and the
+    store checks clean (no half-written entry)."""
+    corpus = write_corpus(tmp_path / "big", files=3, sentences=150, seed=1)
+    kv = tmp_path / "kv"
+    cmd = [sys.executable, "-m", "ragpic.cli", "compile", str(corpus), "--store", str(kv), "--model", model,
+           "--chunk-tokens", "32", "--batch", "4", "--threads", "1", "--quiet", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and len(folder_keys(kv) if kv.exists() else ()) < 40:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-500:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    kept = folder_keys(kv)
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-800:]
+    report = json.loads(rerun.stdout)
+    assert report["ok"] and report["stored_before"] >= len(kept) >= 40
+    assert report["compiled"] == report["distinct"] - len(kept) > 0  # only the rest, each chunk once
+    assert kept < folder_keys(kv) and len(folder_keys(kv)) == report["distinct"]
+    assert main(["store", "check", str(kv)]) == 0

@@ -1,0 +1,120 @@
+"""``ragpic compile --ray`` on a real local Ray cluster (a head and one worker node, started with
+``ray start`` on loopback) writing into a real Redis: the same keys as an in-process run, a
+second run that compiles nothing, and a compile actor killed mid-run that Ray restarts, after
+which every chunk is stored once and the store checks clean (tiny random model)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from corpus_helpers import folder_keys, write_corpus
+from redis_server import RedisServer
+from serve_helpers import free_port
+from tiny import saved_tiny_model
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.redis
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """A head node and a worker node, one CPU each, on 127.0.0.1 (stopped after the module)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    port, temp = free_port(), tempfile.mkdtemp(prefix="/tmp/rp")  # short: Ray's socket paths have a limit
+    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
+    try:
+        subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard", "false",
+                        "--temp-dir", temp, *common], check=True, capture_output=True, env=env, timeout=120)
+        subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", *common], check=True, capture_output=True,
+                       env=env, timeout=120)
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    return str(saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def redis_keys(port: int) -> set[str]:
+    import redis
+
+    return {k.decode().removeprefix("ragpic:meta:") for k in redis.Redis(port=port).scan_iter("ragpic:meta:*")}
+
+
+def compile_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ragpic.cli", "compile", *args, "--chunk-tokens", "32", "--quiet", "--json"]
+
+
+def run_json(cmd: list[str]) -> dict:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-1500:]
+    return json.loads(out.stdout)
+
+
+def test_ray_stores_the_keys_an_in_process_run_stores(ray_address, model, tmp_path):
+    corpus = write_corpus(tmp_path / "docs", sentences=40)
+    server = RedisServer()
+    try:
+        here = run_json(compile_cmd(str(corpus), "--store", str(tmp_path / "kv"), "--model", model))
+        on_ray = run_json(compile_cmd(str(corpus), "--store", server.url, "--model", model, "--ray", ray_address,
+                                      "--workers", "2", "--batch", "8"))
+        assert on_ray["ok"] and on_ray["ray"] and on_ray["compiled"] == here["compiled"] > 0
+        assert (on_ray["documents"], on_ray["chunks"], on_ray["distinct"]) == \
+            (here["documents"], here["chunks"], here["distinct"])
+        assert redis_keys(server.port) == folder_keys(tmp_path / "kv")
+        assert all(w["batches"] > 0 for w in on_ray["workers"].values())
+        again = run_json(compile_cmd(str(corpus), "--store", server.url, "--model", model, "--ray", ray_address,
+                                     "--workers", "2"))
+        assert again["ok"] and again["compiled"] == 0 and again["stored_before"] == here["chunks"]
+    finally:
+        server.stop()
+
+
+def _compile_actors() -> list[int]:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in ps.splitlines() if "MapBatches(CompileWorker)" in line
+            and "defunct" not in line]
+
+
+def test_a_compile_actor_killed_mid_run_is_restarted_and_nothing_is_lost(ray_address, model, tmp_path):
+    corpus = write_corpus(tmp_path / "docs", sentences=120, seed=2)
+    server = RedisServer()
+    try:
+        cmd = compile_cmd(str(corpus), "--store", server.url, "--model", model, "--ray", ray_address,
+                          "--workers", "2", "--batch", "4")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline, victim = time.monotonic() + 300, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            actors = _compile_actors()
+            if actors and len(redis_keys(server.port)) >= 40:
+                victim = actors[0]
+                stored_at_kill = len(redis_keys(server.port))
+                os.kill(victim, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        assert victim is not None, "the run ended before an actor could be killed: " + (proc.communicate()[1] or "")[-800:]
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-1500:]
+        report = json.loads(out)
+        assert report["ok"] and report["missing"] == 0
+        assert stored_at_kill < report["distinct"] == len(redis_keys(server.port))  # each chunk once
+        assert not any(w.endswith(f":{victim}") and w_["batches"] == 0 for w, w_ in report["workers"].items())
+        assert len(report["workers"]) >= 2
+        check = subprocess.run([sys.executable, "-m", "ragpic.cli", "store", "check", server.url],
+                               capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        server.stop()
