@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -27,12 +28,15 @@ from ragpic.serve.context_cache import add_cache_routes
 from ragpic.serve.metrics import Metrics
 from ragpic.serve.responses import error_response
 from ragpic.serve.scheduler import Scheduler
+from ragpic.serve.tenant_records import records_for
 from ragpic.serve.tenants import Tenants
 
 if TYPE_CHECKING:
     from ragpic.engine.engine import RagPic
 
 __all__ = ["ServeSettings", "create_app"]
+
+log = logging.getLogger("ragpic.serve")
 
 
 @dataclass(slots=True)
@@ -122,6 +126,9 @@ def create_app(engine: "RagPic", settings: ServeSettings) -> FastAPI:
     if settings.api_key:
         keys.setdefault(settings.api_key, "default")
     tenants = Tenants(keys)
+    if not tenants.shared:  # several namespaces: their ids live where the store lives (docs/SERVING.md, *Tenants*)
+        tenants.records = records_for(engine.store.backend)
+        log.info("tenant records: %s", tenants.records.where)
     completions = Completions(engine, sched, model_ids, settings.max_body_bytes, settings.body_timeout, tenants)
 
     @asynccontextmanager
@@ -131,6 +138,7 @@ def create_app(engine: "RagPic", settings: ServeSettings) -> FastAPI:
             yield
         finally:
             sched.stop()
+            tenants.close()
 
     docs = {} if settings.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="ragpic serve", lifespan=lifespan, **docs)

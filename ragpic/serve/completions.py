@@ -111,7 +111,8 @@ class Completions:
                       hints=hints or None, arrived=time.perf_counter(), tenant=self.tenants.view(namespace)).bind()
 
     async def _cached_texts(self, namespace: str, ids: list[str]) -> list[str]:
-        keys = self.tenants.resolve(namespace, ids, "cache_ids")  # 404 for an id of another namespace
+        # 404 for an id of another namespace; the records may be remote: off the event loop
+        keys = await asyncio.to_thread(self.tenants.resolve, namespace, ids, "cache_ids")
         texts = await asyncio.to_thread(texts_of, self.engine, list(keys.values()))
         found = {i: texts[k] for i, k in keys.items() if k in texts}
         unknown = [i for i in ids if i not in found]

@@ -9,7 +9,8 @@
 
 A completion request may then name ``cache_ids``: their texts become the request's hints.
 With several tenants (:mod:`.tenants`) ids are per namespace: each caller sees, reads and
-deletes only its own, and ``compiled`` means "new in the caller's namespace".
+deletes only its own, and ``compiled`` means "new in the caller's namespace"; the records
+live in the store's medium (:mod:`.tenant_records`), so every replica of a store answers alike.
 """
 
 from __future__ import annotations
@@ -119,16 +120,17 @@ def add_cache_routes(app: FastAPI, engine: "RagPic", sched: "Scheduler", limit: 
                 watcher.cancel()
             if caller.cancelled:
                 raise ClientGone("the client went away")
+            sched.metrics.inc("chunks_compiled", sum(d["compiled"] for d in data))  # store misses, any tenant
+            named = await asyncio.to_thread(tenants.add, namespace_of(request), [d["id"] for d in data],
+                                            [not d["compiled"] for d in data])  # the records may be remote
         except Exception as exc:
             return error_of(exc)
-        sched.metrics.inc("chunks_compiled", sum(d["compiled"] for d in data))  # store misses, any tenant
-        named = tenants.add(namespace_of(request), [d["id"] for d in data], [not d["compiled"] for d in data])
         for d, (cid, new) in zip(data, named):
             d["id"], d["compiled"] = cid, new
         return {"object": "list", "data": data, "compiled": sum(d["compiled"] for d in data)}
 
     async def _one(request: Request, cache_id: str) -> tuple[str, str]:
-        key = tenants.resolve(namespace_of(request), [cache_id], "id")[cache_id]
+        key = (await asyncio.to_thread(tenants.resolve, namespace_of(request), [cache_id], "id"))[cache_id]
         found = await asyncio.to_thread(texts_of, engine, [key])
         if key not in found:
             raise BadRequest(f"unknown cache id {quote(cache_id)}", status=404, param="id", code="cache_id_not_found")
@@ -146,7 +148,7 @@ def add_cache_routes(app: FastAPI, engine: "RagPic", sched: "Scheduler", limit: 
     async def delete(request: Request, cache_id: str):
         try:
             await _one(request, cache_id)
-            last = tenants.remove(namespace_of(request), cache_id)
+            last = await asyncio.to_thread(tenants.remove, namespace_of(request), cache_id)
             if last is not None:  # nobody else holds it: the store entry goes too
                 await asyncio.to_thread(_delete, engine, last)
         except Exception as exc:

@@ -11,21 +11,25 @@ reference, and the store entry goes with the last one.
 
 Prompt matching is per namespace too (:class:`Namespace`): a prompt links from the store only
 the chunks its namespace stored or compiled, so ``cached_tokens`` never says that another
-namespace stored a text. Limit (docs/SERVING.md, *Tenants*): the registry lives in this
-process (ids are per replica and do not survive a restart).
+namespace stored a text. The records (ids, references, what each namespace may link) live
+where the store lives (:mod:`.tenant_records`): in Redis or a folder store every replica of
+the store shares them and a restart keeps them; a memory-only store keeps them in this
+process (docs/SERVING.md, *Tenants*).
 """
 
 from __future__ import annotations
 
-import collections
 import hashlib
-import threading
+import logging
 from pathlib import Path
 
-from ragpic.errors import ConfigError
+from ragpic.errors import ConfigError, StoreError
 from ragpic.serve.bodies import BadRequest, quote
+from ragpic.serve.tenant_records import MemoryRecords, TenantRecords
 
 __all__ = ["Namespace", "Tenants", "read_keys_file"]
+
+log = logging.getLogger("ragpic.serve")
 
 
 MIN_KEY_CHARS = 16  # shorter is guessable, and is likely a namespace label in the key's column
@@ -70,15 +74,15 @@ def read_keys_file(path: str | Path) -> dict[str, str]:
 
 
 class Tenants:
-    """``keys``: API key -> namespace (empty: no key needed, one namespace)."""
+    """``keys``: API key -> namespace (empty: no key needed, one namespace); ``records``: where
+    the namespaces' ids live (:func:`~ragpic.serve.tenant_records.records_for` the server's
+    store; default: this process). Calls that reach ``records`` may block on the store's
+    medium: the routes run them off the event loop."""
 
-    def __init__(self, keys: dict[str, str] | None = None):
+    def __init__(self, keys: dict[str, str] | None = None, records: TenantRecords | None = None):
         self.keys = dict(keys or {})
         self.shared = len(set(self.keys.values())) <= 1
-        self._ids: dict[str, dict[str, str]] = collections.defaultdict(dict)  # namespace -> id -> store key
-        self._refs: collections.Counter[str] = collections.Counter()  # store key -> namespaces holding it
-        self._own: dict[str, set[str]] = collections.defaultdict(set)  # namespace -> store keys it may link
-        self._lock = threading.Lock()
+        self.records: TenantRecords = records if records is not None else MemoryRecords()
 
     def namespace(self, authorization: str | None) -> str | None:
         """The caller's namespace from its ``Authorization`` header (``Bearer KEY``, the scheme in
@@ -91,6 +95,7 @@ class Tenants:
         return self.keys.get(credentials.lstrip(" "))
 
     def _id(self, namespace: str, key: str) -> str:
+        # a function of (namespace, key) only: every replica names an entry alike for a namespace
         return "cc-" + hashlib.sha256(f"{namespace}\0{key}".encode()).hexdigest()[:48]
 
     def add(self, namespace: str, keys: list[str], stored_before: list[bool]) -> list[tuple[str, bool]]:
@@ -98,30 +103,18 @@ class Tenants:
         the caller; shared mode: not in the store before)."""
         if self.shared:
             return [(k, not hit) for k, hit in zip(keys, stored_before)]
-        out = []
-        with self._lock:
-            mine = self._ids[namespace]
-            for key in keys:
-                cid = self._id(namespace, key)
-                new = cid not in mine
-                if new:
-                    mine[cid] = key
-                    self._refs[key] += 1
-                self._own[namespace].add(key)
-                out.append((cid, new))
-        return out
+        pairs = [(self._id(namespace, k), k) for k in keys]
+        return [(cid, new) for (cid, _), new in zip(pairs, self.records.add(namespace, pairs))]
 
     def resolve(self, namespace: str, ids: list[str], param: str) -> dict[str, str]:
-        """``id -> store key`` for the caller's ``ids``; 404 naming ``param`` for one it does not hold."""
+        """``id -> store key`` for the caller's ``ids``; 404 naming ``param`` for one it does not
+        hold (the same answer for another namespace's id as for one never made: no leak)."""
         if self.shared:
             return {i: i for i in ids}
-        with self._lock:
-            mine = self._ids.get(namespace, {})
-            unknown = [i for i in ids if i not in mine]
-            found = {i: mine[i] for i in ids if i in mine}
+        found = self.records.lookup(namespace, ids)
+        unknown = [i for i in ids if i not in found]
         if unknown:
-            raise BadRequest(f"unknown cache id {quote(unknown[0])}: POST /v1/context_cache returns ids",
-                             status=404, param=param, code="cache_id_not_found")
+            raise _unknown(unknown[0], param)
         return found
 
     def remove(self, namespace: str, cid: str) -> str | None:
@@ -130,41 +123,56 @@ class Tenants:
         if self.shared:
             return cid
         key = self.resolve(namespace, [cid], "id")[cid]
-        with self._lock:
-            self._ids[namespace].pop(cid, None)
-            self._own[namespace].discard(key)
-            self._refs[key] -= 1
-            if self._refs[key] > 0:
-                return None
-            del self._refs[key]
-        return key
+        left = self.records.remove(namespace, cid, key)
+        if left is None:  # another replica removed it between the two calls
+            raise _unknown(cid, "id")
+        return key if left == 0 else None
 
     def owns(self, namespace: str, key: str) -> bool:
-        """Whether a prompt of ``namespace`` may link store entry ``key``."""
-        with self._lock:
-            return key in self._own.get(namespace, ())
+        """Whether a prompt of ``namespace`` may link store entry ``key`` (records that cannot be
+        read answer no: the chunk is a miss, compiled again, never another namespace's)."""
+        try:
+            return self.records.owns(namespace, [key])[0]
+        except StoreError as exc:
+            log.warning("%s: the chunk is compiled as a miss", exc)
+            return False
 
     def note(self, namespace: str, keys: list[str]) -> None:
-        with self._lock:
-            self._own[namespace].update(keys)
+        try:
+            self.records.note(namespace, keys)
+        except StoreError as exc:  # the answer stands; its next prompts compile these again
+            log.warning("%s: compiled chunks not recorded for their namespace", exc)
 
     def view(self, namespace: str) -> "Namespace | None":
         """What a prompt of ``namespace`` may link from the store (None with one namespace: all)."""
         return None if self.shared else Namespace(self, namespace)
+
+    def close(self) -> None:
+        self.records.close()
+
+
+def _unknown(cid: str, param: str) -> BadRequest:
+    return BadRequest(f"unknown cache id {quote(cid)}: POST /v1/context_cache returns ids",
+                      status=404, param=param, code="cache_id_not_found")
 
 
 class Namespace:
     """One namespace's side of prompt matching: a prompt links a stored chunk only when the
     namespace stored it (``POST /v1/context_cache``) or compiled it on a miss; any other is a
     miss, compiled again, so nothing in an answer (``cached_tokens``, ``chunks_loaded``...)
-    depends on what other namespaces stored (docs/SERVING.md, *Tenants*)."""
+    depends on what other namespaces stored (docs/SERVING.md, *Tenants*). One per request: it
+    remembers its answers, so a chunk costs one read of the records per request."""
 
     def __init__(self, tenants: Tenants, name: str):
         self.tenants, self.name = tenants, name
+        self._seen: dict[str, bool] = {}
 
     def owns(self, key: str) -> bool:
-        return self.tenants.owns(self.name, key)
+        if key not in self._seen:
+            self._seen[key] = self.tenants.owns(self.name, key)
+        return self._seen[key]
 
     def note(self, keys: list[str]) -> None:
         """``keys`` were compiled for this namespace (on a miss): its later prompts link them."""
         self.tenants.note(self.name, keys)
+        self._seen.update(dict.fromkeys(keys, True))

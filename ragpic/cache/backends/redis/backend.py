@@ -7,6 +7,9 @@ Keys, for a store key ``k`` and prefix ``p``::
     p + "catalog:" + fp        hash  key -> chunk text  (see ChunkStore.texts(), catalog.py)
     p + "tidx:" + fp + ":..."  the anchors of the catalog's texts (see text.py)
     p + "counters"             hash  hits, misses, ... added by every store (ragpic store stats)
+    p + "tenants:..."          ``ragpic serve``'s tenant records (ragpic.serve.tenant_redis), written
+                               through :attr:`RedisBackend.client`; never an entry key, so
+                               ``ragpic store check`` passes them by
 
 On a Redis Cluster (``redis-cluster://host:port,...``) the entry keys carry a hash tag,
 ``p + "kv:{" + k + "}"`` and ``p + "meta:{" + k + "}"``, so both keys of one entry live in one
@@ -197,7 +200,9 @@ class RedisBackend(RedisCatalog, RedisInspection, KVBackend):
 
     @property
     def client(self):
-        """The redis-py client queries use (socket timeouts = the store's budget)."""
+        """The redis-py client queries use (socket timeouts = the store's budget, no retries).
+        Shared, not copied: ``ragpic serve`` keeps its tenant records (``prefix + "tenants:"``)
+        through it rather than opening a second connection pool."""
         return self._r
 
     def close(self) -> None:
