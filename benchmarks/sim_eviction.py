@@ -10,7 +10,8 @@ dims unless told), all the same size, stored as ``--quant``.
 Reported per (s, budget): hit rate, recompiles, evictions, and two references computed on the
 same request sequence: an in-process LRU of the same capacity (what the folder's LRU should
 match) and the static top-k of the popularity distribution (the best a cache that keeps a
-fixed set can do on independent Zipf requests).
+fixed set can do on independent Zipf requests). The Zipf weights, the LRU and the top-k are
+:mod:`ragpic.cache.tools.plan`'s, the ones ``ragpic store plan`` reports.
 
     python benchmarks/sim_eviction.py --corpus 400 --requests 4000 --json docs/results/sim_eviction.json
 """
@@ -23,22 +24,16 @@ import random
 import sys
 import tempfile
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from ragpic.cache import ChunkStore, chunk_key
 from ragpic.cache.backends import DiskBackend
+from ragpic.cache.tools.plan import lru_hits, top_k_hit_rate, zipf_weights  # one Zipf for both
 from ragpic.core.kv import ChunkKV
 
 FP = "sim/eviction"
-
-
-def zipf_weights(n: int, s: float) -> list[float]:
-    w = [1.0 / (i + 1) ** s for i in range(n)]
-    total = sum(w)
-    return [x / total for x in w]
 
 
 def make_entry(i: int, args: argparse.Namespace) -> tuple[str, tuple[ChunkKV, str]]:
@@ -59,20 +54,6 @@ def stored_size(entry: tuple[str, tuple[ChunkKV, str]], quant: str) -> int:
         size = backend.stats()["volume_bytes"]
         store.close()
     return size
-
-
-def lru_hits(requests: list[int], capacity: int) -> int:
-    cache: OrderedDict[int, None] = OrderedDict()
-    hits = 0
-    for r in requests:
-        if r in cache:
-            hits += 1
-            cache.move_to_end(r)
-        else:
-            cache[r] = None
-            if len(cache) > capacity:
-                cache.popitem(last=False)
-    return hits
 
 
 def run(args: argparse.Namespace, s: float, budget: float, entries: dict[int, tuple[str, tuple[ChunkKV, str]]],
@@ -100,7 +81,7 @@ def run(args: argparse.Namespace, s: float, budget: float, entries: dict[int, tu
         stats, evictions, stored = store.stats(), backend.evictions, backend.stats()
         store.close()
     hits = stats.hits
-    top = sum(sorted(weights, reverse=True)[:capacity])
+    top = top_k_hit_rate(args.corpus, s, capacity)
     return {"zipf_s": s, "budget_fraction": budget, "budget_bytes": limit, "capacity_entries": capacity,
             "requests": len(requests), "hits": hits, "hit_rate": hits / len(requests), "recompiles": recompiles,
             "evictions": evictions, "stored_bytes_at_end": stored["volume_bytes"],

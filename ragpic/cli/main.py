@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ragpic.cli.compile import add_parser as add_compile_parser
 from ragpic.cli.eval import add_bench_parser, add_eval_parser, build_needle_parser
 from ragpic.cli.ruler import build_ruler_parser
 from ragpic.cmdline import Parser, run_command
@@ -27,12 +28,14 @@ DESCRIPTION = """Position-independent KV caching (EPIC / LegoLink) for RAG on yo
 
 Commands:
   demo          a LlamaIndex RAG app over a folder: linked KV vs full prefill, side by side
+  compile       compile a corpus's chunk KV into a store once (in process or on a Ray cluster)
   eval          QA accuracy and fidelity to full of every link method (bundled MuSiQue questions)
   eval needle   needle in a haystack (bundled Paul Graham essays)
   eval ruler    RULER-style synthetic tasks: needles, variable tracking across chunks, common words
   bench         link TTFT of every method vs context length
   store check   entries, bytes, corrupt and orphaned files of a KV store (--repair fixes them)
   store stats   entries, bytes per token, hits, misses, evictions and recompiles of a KV store
+  store plan    capacity on paper: bytes per token per KV format, chunks per memory, hot-set hit rates
   serve         an OpenAI-compatible server (continuous batching, context-cache API, shared Redis)
   model get     install and verify a pinned larger model (Qwen2.5-Coder 0.5B/1.5B GGUF); `model list`
 
@@ -45,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="ragpic", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_demo_parser(sub)
+    add_compile_parser(sub)
     add_eval_parser(sub)
     add_bench_parser(sub)
     add_store_parser(sub)

@@ -1,8 +1,9 @@
-"""``ragpic store check [--repair] PATH|URL`` and ``ragpic store stats PATH|URL``.
+"""``ragpic store check [--repair] PATH|URL``, ``ragpic store stats PATH|URL`` and ``ragpic store plan``.
 
 Wired into ``ragpic/cli/main.py`` with :func:`add_parser`; the logic lives in
-:mod:`ragpic.cache.tools.check` and :mod:`ragpic.cache.tools.report`. ``check`` exits 0 clean (or
-repaired), 1 problems left, 2 the target is not a store; ``stats`` 0, or 2 not a store.
+:mod:`ragpic.cache.tools.check`, :mod:`ragpic.cache.tools.report` and :mod:`ragpic.cache.tools.plan`.
+``check`` exits 0 clean (or repaired), 1 problems left, 2 the target is not a store; ``stats`` 0,
+or 2 not a store; ``plan`` (:mod:`ragpic.cli.store_plan`) 0, or 2 a bad flag.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import json
 import logging
 import sys
+
+from ragpic.cli.store_plan import add_plan_parser
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -32,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     stats.add_argument("--prefix", default="ragpic:", help="Redis key prefix (default: ragpic:)")
     stats.add_argument("--json", dest="json_out", action="store_true", help="print the figures as JSON")
     stats.set_defaults(func=run_stats)
+    add_plan_parser(sub)
     return store
 
 
