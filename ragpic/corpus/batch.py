@@ -22,7 +22,7 @@ from ragpic.errors import ChunkError, StoreError
 if TYPE_CHECKING:
     from ragpic.engine.engine import RagPic
 
-__all__ = ["BatchResult", "compile_batch", "worker_name"]
+__all__ = ["BatchResult", "Counts", "compile_batch", "worker_name"]
 
 
 def worker_name() -> str:
@@ -31,21 +31,18 @@ def worker_name() -> str:
 
 
 @dataclass(slots=True)
-class BatchResult:
-    """What one batch did.
+class Counts:
+    """What compiling some chunks did, summed over a batch, a worker or a run.
 
     Attributes:
-        worker: ``host:pid`` of the process that ran it.
-        chunks: chunk occurrences in the batch (repeats and short texts included).
-        compiled / stored_before / short: distinct texts compiled now / found in the store /
-            under ``min_chunk_tokens`` (never cached or matched, so never compiled).
+        chunks: chunk occurrences (repeats and short texts included).
+        compiled / stored_before / short: distinct texts (per batch) compiled now / found in the
+            store / under ``min_chunk_tokens`` (never cached or matched, so never compiled).
         tokens: tokens compiled now.
         compile_s / encode_s / write_s: the forward passes / quantizing and serializing / the
-            store's I/O (what ``--ray`` keeps off the critical path: see docs/SCALING.md).
-        keys: the store key of every cacheable chunk (the run checks them all at its end).
+            store's I/O (the write path, docs/SCALING.md *Ingest on Ray*).
     """
 
-    worker: str
     chunks: int = 0
     compiled: int = 0
     stored_before: int = 0
@@ -54,6 +51,18 @@ class BatchResult:
     compile_s: float = 0.0
     encode_s: float = 0.0
     write_s: float = 0.0
+
+    def add(self, other: "Counts") -> None:
+        for name in Counts.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass(slots=True)
+class BatchResult(Counts):
+    """One batch's :class:`Counts`, the worker (``host:pid``) that ran it, and the store key of
+    every cacheable chunk in it (the run checks them all at its end)."""
+
+    worker: str = ""
     keys: list[str] = field(default_factory=list)
 
 
@@ -67,7 +76,7 @@ def compile_batch(engine: "RagPic", texts: Sequence[str], wheres: Sequence[str],
         StoreError: a write that failed (the store is down or full): the batch is not done.
     """
     method = engine.method_of()
-    out = BatchResult(worker_name(), chunks=len(texts))
+    out = BatchResult(chunks=len(texts), worker=worker_name())
     try:
         plan = plan_compile(engine, texts, method)
     except ChunkError as e:

@@ -3,57 +3,41 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
-from ragpic.corpus.batch import BatchResult
+from ragpic.corpus.batch import BatchResult, Counts
 
 __all__ = ["CompileReport", "Progress"]
 
 
 @dataclass(slots=True)
-class CompileReport:
-    """What a run did; ``missing`` > 0 means it failed (the chunks are not all in the store).
+class CompileReport(Counts):
+    """What a run did (its :class:`Counts` summed over every batch); ``missing`` > 0 means it
+    failed (the chunks are not all in the store).
 
     Attributes:
-        documents / chunks: documents read, chunk occurrences cut from them.
+        documents: documents read.
         distinct: distinct cacheable chunk texts (the store keys the run checks at its end).
-        compiled / stored_before / short: as in :class:`ragpic.corpus.batch.BatchResult`, summed.
-        tokens: tokens compiled now. ``wall_s``: the whole run, reading and chunking included.
+        wall_s: the whole run, reading and chunking included.
         missing: keys of the corpus the store does not hold after the run.
-        workers: ``host:pid`` -> its own sums (batches, chunks compiled, tokens, seconds).
+        ray: whether it ran on a Ray cluster.
+        workers: ``host:pid`` -> that worker's own :class:`Counts` and batch count.
     """
 
     documents: int = 0
-    chunks: int = 0
     distinct: int = 0
-    compiled: int = 0
-    stored_before: int = 0
-    short: int = 0
-    tokens: int = 0
-    compile_s: float = 0.0
-    encode_s: float = 0.0
-    write_s: float = 0.0
     wall_s: float = 0.0
     missing: int = 0
     ray: bool = False
     workers: dict[str, dict] = field(default_factory=dict)
 
-    def add(self, b: BatchResult) -> None:
-        self.chunks += b.chunks
-        self.compiled += b.compiled
-        self.stored_before += b.stored_before
-        self.short += b.short
-        self.tokens += b.tokens
-        self.compile_s += b.compile_s
-        self.encode_s += b.encode_s
-        self.write_s += b.write_s
-        w = self.workers.setdefault(b.worker, {"batches": 0, "compiled": 0, "tokens": 0, "compile_s": 0.0,
-                                               "encode_s": 0.0, "write_s": 0.0})
-        w["batches"] += 1
-        w["compiled"] += b.compiled
-        w["tokens"] += b.tokens
-        for k in ("compile_s", "encode_s", "write_s"):
-            w[k] += getattr(b, k)
+    def add(self, b: Counts) -> None:
+        Counts.add(self, b)
+        if isinstance(b, BatchResult):
+            w = self.workers.setdefault(b.worker, {"batches": 0} | asdict(Counts()))
+            w["batches"] += 1
+            for name in Counts.__dataclass_fields__:
+                w[name] += getattr(b, name)
 
     @property
     def ok(self) -> bool:
@@ -78,7 +62,7 @@ class CompileReport:
         return out
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in self.__slots__} | {"ok": self.ok}
+        return asdict(self) | {"ok": self.ok}
 
 
 class Progress:
