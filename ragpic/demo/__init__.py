@@ -10,10 +10,10 @@ Importing this package loads no torch and no LlamaIndex, and never the CLI (whic
 from __future__ import annotations
 
 from ragpic.demo.options import add_arguments, add_demo_parser, check
-from ragpic.demo.corpus import SAMPLE_QUESTIONS, sample_questions
+from ragpic.demo.corpus import sample_questions, showcase_questions
 
-__all__ = ["SAMPLE_QUESTIONS", "add_arguments", "add_demo_parser", "check", "embedding_model", "main", "run",
-           "sample_questions"]
+__all__ = ["add_arguments", "add_demo_parser", "check", "embedding_model", "main", "run", "sample_questions",
+           "showcase_questions"]
 
 
 def embedding_model():

@@ -2,7 +2,8 @@
 
 Each question is answered twice on the same retrieval, by ``full`` prefill and by the linked
 method, and the demo prints the retrieved chunks (with their similarity), both answers, the
-tokens each recomputed, the chunks loaded from the store and both times to first token. If
+tokens each recomputed, the chunks loaded from the store, both times to first token and both
+times to the whole answer (the query engine's call: retrieval, link or prefill, decode). If
 anything fails while a new index folder is being made, the folder is removed again.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import time
 from pathlib import Path
 
 SYSTEM = "Answer the question using the context. Reply with a short answer."
@@ -30,12 +32,12 @@ def embedding_model():
 
 
 def _questions(args) -> list[str]:
-    """Questions given on the command line, else the first bundled one for the bundled corpus."""
-    from ragpic.demo.corpus import sample_questions
+    """Questions given on the command line, else the showcase's question for the bundled corpus."""
+    from ragpic.demo.corpus import showcase_questions
 
     if args.question:
         return args.question
-    return [] if args.folder else [sample_questions()[0]["question"]]
+    return [] if args.folder else [showcase_questions()[0]["question"]]
 
 
 def _print_retrieved(nodes, out) -> None:
@@ -49,17 +51,21 @@ def _print_retrieved(nodes, out) -> None:
 
 
 def answer(engines: dict, question: str, out) -> dict:
-    """Ask each query engine; print retrieved chunks, answers and TTFTs. Returns the Generations."""
+    """Ask each query engine; print retrieved chunks, answers, TTFTs and whole-answer times.
+    Returns the Generations."""
     rows = {}
     for name, (qe, llm) in engines.items():
+        start = time.perf_counter()
         response = qe.query(question)
-        rows[name] = (str(response).strip(), llm.last_generation, response.source_nodes)
+        total_s = time.perf_counter() - start  # the whole answer: retrieval, link or prefill, decode
+        rows[name] = (str(response).strip(), llm.last_generation, response.source_nodes, total_s)
     print(f"\nQ: {question}", file=out)
     _print_retrieved(rows["linked"][2], out)
     for name in ("full", "linked"):
-        text, g, _ = rows[name]
-        print(f"  {g.method:<12} ttft {g.ttft_s * 1000:7.0f} ms  recomputed {g.recomputed_tokens:5d}/"
-              f"{g.prompt_tokens} tokens  chunks loaded {g.chunks_loaded}/{g.chunks_matched}  -> {text!r}", file=out)
+        text, g, _, total_s = rows[name]
+        print(f"  {g.method:<12} ttft {g.ttft_s * 1000:6.0f} ms  answer {total_s * 1000:6.0f} ms "
+              f"({g.completion_tokens} tokens)  recomputed {g.recomputed_tokens:5d}/{g.prompt_tokens} tokens  "
+              f"chunks loaded {g.chunks_loaded}/{g.chunks_matched}  -> {text!r}", file=out)
     full, linked = rows["full"][1], rows["linked"][1]
     if rows["full"][0] != rows["linked"][0]:  # say so: linking is close to full prefill, not identical
         print("  the answers differ: linking is close to full prefill, not exact (measured on SmolLM2-135M,"

@@ -1,10 +1,11 @@
 """The demo's documents and the manifest that says which of them an index holds (stdlib only).
 
 A corpus is a list of :class:`SourceFile` (a name, its text, size and sha256): the ``.txt``
-/ ``.md`` files of a folder, or the bundled MuSiQue passages. The manifest, written last into
-the index folder, records the folder's resolved path, the model and chunk size, and per file
-its size, hash and node ids; comparing it with the corpus says what changed
-(:func:`diff_files`), so only those files' chunks are compiled or dropped.
+/ ``.md`` files of a folder, or the bundled showcase (``ragpic/data/showcase``: ten short
+documents, and a question with its gold answer, :func:`showcase_questions`). The manifest,
+written last into the index folder, records the folder's resolved path, the model and chunk
+size, and per file its size, hash and node ids; comparing it with the corpus says what
+changed (:func:`diff_files`), so only those files' chunks are compiled or dropped.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from pathlib import Path
 
 from ragpic.errors import UsageError
 
-SAMPLE_QUESTIONS = 3  # the passages of this many bundled MuSiQue questions are the default corpus
 SUFFIXES = (".txt", ".md")
 MANIFEST = "ragpic_manifest.json"
 MANIFEST_VERSION = 1
-BUNDLED = "bundled:ragpic/data/musique_sample.json"  # the source key of the default corpus
+BUNDLED = "bundled:ragpic/data/showcase"  # the source key of the default corpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +37,20 @@ class SourceFile:
 
 
 def sample_questions() -> list[dict]:
-    """The bundled MuSiQue sample (32 questions, 10 passages each, CC BY 4.0; ragpic/data/README.md)."""
+    """The bundled MuSiQue sample (32 questions, 10 passages each, CC BY 4.0; ragpic/data/README.md).
+
+    What ``ragpic eval`` and the notebooks use; the demo's default corpus is the showcase."""
     return json.loads(resources.files("ragpic").joinpath("data", "musique_sample.json").read_text())
+
+
+def _showcase():
+    return resources.files("ragpic").joinpath("data", "showcase")
+
+
+def showcase_questions() -> list[dict]:
+    """The showcase's questions: ``{"question", "answer" (gold, found in the passage), "file"
+    (the passage that holds it)}``; the demo asks the first one when no folder is given."""
+    return json.loads(_showcase().joinpath("questions.json").read_text())
 
 
 def _source_file(name: str, data: bytes, metadata: dict) -> SourceFile:
@@ -46,12 +58,9 @@ def _source_file(name: str, data: bytes, metadata: dict) -> SourceFile:
 
 
 def bundled_corpus() -> list[SourceFile]:
-    """The passages of the first :data:`SAMPLE_QUESTIONS` bundled questions, one "file" each."""
-    out = []
-    for qi, q in enumerate(sample_questions()[:SAMPLE_QUESTIONS]):
-        for pi, c in enumerate(q["ctxs"]):
-            out.append(_source_file(f"musique/q{qi}/p{pi}", c["text"].encode("utf-8"), {}))
-    return out
+    """The showcase's ``.md`` passages, named and tagged as :func:`read_folder` would."""
+    docs = sorted((p for p in _showcase().iterdir() if p.name.endswith(SUFFIXES)), key=lambda p: p.name)
+    return [_source_file(p.name, p.read_bytes(), {"file": p.name}) for p in docs]
 
 
 def read_folder(folder: str | os.PathLike) -> list[SourceFile]:

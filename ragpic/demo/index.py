@@ -31,7 +31,7 @@ def demo_home() -> Path:
 
 def default_index_folder(source: str) -> Path:
     """The index folder of a source (a resolved folder path, or the bundled corpus)."""
-    name = "bundled-musique" if source == BUNDLED else re.sub(r"[^A-Za-z0-9._-]+", "_", Path(source).name) or "root"
+    name = "bundled-showcase" if source == BUNDLED else re.sub(r"[^A-Za-z0-9._-]+", "_", Path(source).name) or "root"
     return demo_home() / f"{name}-{hashlib.sha256(source.encode()).hexdigest()[:12]}"
 
 

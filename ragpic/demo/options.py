@@ -17,10 +17,11 @@ from ragpic.errors import ConfigError, UsageError
 
 PROG = "ragpic demo"
 
-DESCRIPTION = """A LlamaIndex RAG app over a folder of .txt/.md documents (default: passages
-bundled with ragpic), answering each question twice: with `full` prefill and with linked KV
-(`--method`, default legolink-16). Prints the retrieved chunks with their similarity, both
-answers, the tokens recomputed, store hits and both times to first token.
+DESCRIPTION = """A LlamaIndex RAG app over a folder of .txt/.md documents (default: ten short
+showcase documents bundled with ragpic, and a question about them), answering each question
+twice: with `full` prefill and with linked KV (`--method`, default legolink-16). Prints the
+retrieved chunks with their similarity, both answers, the tokens recomputed, store hits, and
+both times to first token and to the whole answer.
 
 The index lives in ~/.cache/ragpic/demo/<folder name>-<hash of its path> (or --index), the
 compiled KV in its kv/ subfolder. Re-runs compare the folder with the index's manifest and
@@ -32,8 +33,9 @@ Speed-ups are small on short prompts (a few short files: ~2x); they grow with pr
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The demo's options (also used by ``python -m ragpic.demo``)."""
     p.add_argument("--question", "-q", action="append", help="a question (repeatable); without one, asks "
-                   "interactively on a terminal, else the first bundled MuSiQue question")
-    p.add_argument("--folder", help="folder of .txt/.md documents, read recursively (default: bundled MuSiQue passages)")
+                   "interactively on a terminal, else the bundled showcase question")
+    p.add_argument("--folder", help="folder of .txt/.md documents, read recursively (default: the bundled "
+                   "showcase passages, ragpic/data/showcase)")
     p.add_argument("--index", help="where the FAISS index (and the KV, in its kv/ subfolder) is persisted "
                    "(default: ~/.cache/ragpic/demo/<name>-<hash of the folder's path>)")
     p.add_argument("--store", help="KV store instead of <index>/kv: a folder or redis://host:port/0")

@@ -1,13 +1,16 @@
 """`ragpic demo`, the main job, end to end on SmolLM2 + MiniLM + FAISS (small folders).
 
-The index is the folder's (by resolved path, never by base name), re-runs ingest only what
-changed and say so, and a failed run leaves no folder behind.
+The bundled showcase, as a newcomer first runs it, retrieves the passage that holds the gold
+answer and both `full` and the default method answer with it. The index is the folder's (by
+resolved path, never by base name), re-runs ingest only what changed and say so, and a failed
+run leaves no folder behind.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 
@@ -45,6 +48,39 @@ def _run(argv):
 
 def _manifest(args) -> dict:
     return json.loads((args.index_folder / "ragpic_manifest.json").read_text())
+
+
+def test_bundled_showcase_is_answered_correctly_by_full_and_the_default_method(smol, home, monkeypatch):
+    """`ragpic demo` with no argument: the gold passage is retrieved, both answers hold the gold answer."""
+    import ragpic
+    from ragpic.demo import showcase_questions
+
+    real = ragpic.RagPic
+    monkeypatch.setattr(ragpic, "RagPic", lambda config, **kw: real(config, lm=smol, **kw))  # the session's model
+    item = showcase_questions()[0]
+    args = parse(["demo"])  # the defaults a newcomer gets: showcase corpus and question, top 4, legolink-16
+    out = io.StringIO()
+    results = run(args, out=out)
+    text = out.getvalue()
+    assert args.index_folder.parent == home and args.index_folder.name.startswith("bundled-showcase-")
+    assert f"Q: {item['question']}" in text and "ingest: 10 files added: 10 chunks compiled" in text, text
+    retrieved = [line.split()[3] for line in text.splitlines() if " cos " in line]  # "1. cos 0.71  name.md ..."
+    assert len(retrieved) == args.top_k == 4 and item["file"] in retrieved, text
+    full, linked = results[0]["full"], results[0]["linked"]
+    assert linked.method == "legolink-16" and linked.chunks_loaded == 4
+    assert item["answer"].lower() in full.text.lower(), text
+    assert item["answer"].lower() in linked.text.lower(), text
+    assert len(re.findall(r"ttft +\d+ ms  answer +\d+ ms \(\d+ tokens\)", text)) == 2, text  # TTFT and whole answer
+
+
+def test_showcase_files_hold_their_gold_answers() -> None:
+    from ragpic.demo.corpus import BUNDLED, bundled_corpus, source_key, showcase_questions
+
+    corpus = {f.name: f for f in bundled_corpus()}
+    assert len(corpus) == 10 and all(f.metadata == {"file": n} for n, f in corpus.items())
+    assert source_key(None) == BUNDLED
+    for q in showcase_questions():
+        assert q["answer"] in corpus[q["file"]].text, q
 
 
 def test_same_base_name_two_indexes_and_incremental_reingest(tmp_path, musique, home):
