@@ -232,6 +232,22 @@ def test_the_store_kinds_table_names_tools_that_exist():
             assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, ref
 
 
+def test_ray_is_imported_only_inside_the_ray_driver_s_functions():
+    # the `ray` extra is optional: `pip install ragpic` without it must import every module, so
+    # only ragpic/corpus/on_ray.py names ray, and only inside its functions (ARCHITECTURE §2)
+    seen = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n == "ray" or n.startswith("ray.") for n in names):
+                seen.append(name)
+                assert name == "ragpic.corpus.on_ray" and id(node) not in top, f"{name} imports ray"
+    assert seen, "the Ray driver no longer imports ray: update this test"
+
+
 # What ragpic.serve and ragpic.eval may take from ragpic.core: type names (for annotations and
 # the records they read), never a function that runs part of the pipeline: that is the engine's.
 CORE_TYPES = {"ChunkKV", "KVQuant", "LinkResult", "LoadedModel", "Method", "Sampling", "Segment", "SlabPool"}

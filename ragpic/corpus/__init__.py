@@ -12,17 +12,19 @@ that every chunk of the corpus is in the store (:attr:`CompileReport.missing`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragpic.corpus.job import CompileJob
-from ragpic.corpus.report import CompileReport
 from ragpic.corpus.sources import Doc, doc_from, read_sources
 
-__all__ = ["CompileJob", "CompileReport", "Doc", "compile_corpus", "read_sources"]
+if TYPE_CHECKING:  # importing the package stays light (no torch): the demo reads files through it
+    from ragpic.corpus.report import CompileReport
+
+__all__ = ["CompileJob", "Doc", "compile_corpus", "read_sources"]
 
 
 def compile_corpus(job: CompileJob, documents: Iterable[Any], *, progress: bool = True,
-                   lm: Any = None) -> CompileReport:
+                   lm: Any = None) -> "CompileReport":
     """Compile ``documents`` (:class:`Doc`, LlamaIndex or LangChain ``Document`` objects, dicts
     like JSONL lines, or strings) into ``job.store`` in this process.
 

@@ -21,7 +21,7 @@ from typing import Any
 from ragpic.corpus.sources import Doc
 from ragpic.errors import UsageError
 
-__all__ = ["CHUNKERS", "Chunker", "make_chunker"]
+__all__ = ["CHUNKERS", "Chunker", "llamaindex_splitter", "make_chunker"]
 
 Chunker = Callable[[Doc], list[str]]
 CHUNKERS = ("llamaindex", "langchain", "none")
@@ -31,14 +31,21 @@ def _count(tokenizer: Any) -> Callable[[str], list[int]]:
     return lambda t: tokenizer(t, add_special_tokens=False)["input_ids"]
 
 
+def llamaindex_splitter(tokenizer: Any, chunk_tokens: int) -> Any:
+    """The ``SentenceSplitter`` both ``ragpic compile`` and ``ragpic demo`` cut documents with:
+    ``chunk_tokens`` of the model's own tokens, no overlap."""
+    from llama_index.core.node_parser import SentenceSplitter
+
+    return SentenceSplitter(chunk_size=chunk_tokens, chunk_overlap=0, tokenizer=_count(tokenizer))
+
+
 def _llamaindex(tokenizer: Any, chunk_tokens: int) -> Chunker:
     from llama_index.core import Document
-    from llama_index.core.node_parser import SentenceSplitter
     from llama_index.core.schema import BaseNode
 
     from ragpic.retriever_hooks.llamaindex.nodes import node_texts
 
-    splitter = SentenceSplitter(chunk_size=chunk_tokens, chunk_overlap=0, tokenizer=_count(tokenizer))
+    splitter = llamaindex_splitter(tokenizer, chunk_tokens)
 
     def chunk(doc: Doc) -> list[str]:
         source = doc.original if isinstance(doc.original, BaseNode) else \

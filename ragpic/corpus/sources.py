@@ -19,7 +19,8 @@ from typing import Any
 
 from ragpic.errors import UsageError
 
-__all__ = ["Doc", "SUFFIXES", "doc_from", "folder_files", "read_jsonl", "read_source", "read_sources"]
+__all__ = ["Doc", "SUFFIXES", "doc_from", "folder_files", "read_jsonl", "read_source", "read_sources", "read_text_bytes",
+           "read_text_file"]
 
 SUFFIXES = (".txt", ".md")
 
@@ -43,15 +44,22 @@ def folder_files(root: Path, option: str = "SOURCE") -> list[Path]:
     return paths
 
 
-def read_text_file(path: Path, name: str, option: str = "SOURCE") -> str:
+def read_text_bytes(path: Path, name: str, option: str = "SOURCE") -> bytes:
+    """The bytes of a text file, checked to be UTF-8 (``name`` says which file in errors)."""
     try:
-        return path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+        data.decode("utf-8")
+        return data
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot read {name} ({e.strerror or e}); fix its permissions "
                          "or remove it") from None
     except UnicodeDecodeError as e:
         raise UsageError(f"{option} {path}: {name} is not UTF-8 text (byte {e.start}); convert it to UTF-8 "
                          "or remove it") from None
+
+
+def read_text_file(path: Path, name: str, option: str = "SOURCE") -> str:
+    return read_text_bytes(path, name, option).decode("utf-8")
 
 
 def parse_jsonl_line(line: str, where: str) -> Doc | None:

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ragpic.corpus.sources import SUFFIXES, folder_files, read_text_bytes
 from ragpic.errors import UsageError
-
-SUFFIXES = (".txt", ".md")
 MANIFEST = "ragpic_manifest.json"
 MANIFEST_VERSION = 1
 BUNDLED = "bundled:ragpic/data/showcase"  # the source key of the default corpus
@@ -74,22 +73,10 @@ def read_folder(folder: str | os.PathLike) -> list[SourceFile]:
         raise UsageError(f"--folder {folder}: no such folder; pass a folder of .txt or .md files")
     if not root.is_dir():
         raise UsageError(f"--folder {folder}: not a folder; pass a folder of .txt or .md files")
-    paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in SUFFIXES and not p.is_dir()
-                   and not any(part.startswith(".") for part in p.relative_to(root).parts))  # .git, checkpoints
-    if not paths:
-        raise UsageError(f"--folder {folder}: no .txt or .md files in it; pass a folder of text documents")
     files = []
-    for p in paths:
+    for p in folder_files(root, "--folder"):  # the files `ragpic compile` reads, named the same way
         name = p.relative_to(root).as_posix()
-        try:
-            data = p.read_bytes()
-            files.append(_source_file(name, data, {"file": name}))
-        except OSError as e:
-            raise UsageError(f"--folder {folder}: cannot read {name} ({e.strerror or e}); "
-                             "fix its permissions or remove it from the folder") from None
-        except UnicodeDecodeError as e:
-            raise UsageError(f"--folder {folder}: {name} is not UTF-8 text (byte {e.start}); "
-                             "convert it to UTF-8 or remove it from the folder") from None
+        files.append(_source_file(name, read_text_bytes(p, name, "--folder"), {"file": name}))
     return files
 
 

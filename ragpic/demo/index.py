@@ -50,11 +50,9 @@ class SyncReport:
 
 
 def _splitter(engine: "RagPic", chunk_tokens: int):
-    from llama_index.core.node_parser import SentenceSplitter
+    from ragpic.corpus.chunking import llamaindex_splitter
 
-    tok = engine.lm.tokenizer  # chunk sizes in the model's own tokens
-    return SentenceSplitter(chunk_size=chunk_tokens, chunk_overlap=0,
-                            tokenizer=lambda t: tok(t, add_special_tokens=False)["input_ids"])
+    return llamaindex_splitter(engine.lm.tokenizer, chunk_tokens)  # as `ragpic compile` cuts a folder
 
 
 def _split(files: list[SourceFile], splitter) -> dict[str, list]:

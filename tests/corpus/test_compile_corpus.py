@@ -150,3 +150,17 @@ def test_a_killed_run_finishes_when_run_again(model, tmp_path):
     assert report["compiled"] == report["distinct"] - len(kept) > 0  # only the rest, each chunk once
     assert kept < folder_keys(kv) and len(folder_keys(kv)) == report["distinct"]
     assert main(["store", "check", str(kv)]) == 0
+
+
+def test_the_demo_finds_every_chunk_compile_stored(model, corpus, tmp_path, embed):
+    """`ragpic compile DIR` then `ragpic demo --folder DIR` on the same store: the demo's ingest
+    compiles nothing (its index's chunks are the ones compile stored)."""
+    from ragpic import Config, RagPic
+    from ragpic.demo.corpus import read_folder, source_key
+    from ragpic.demo.index import sync_index
+
+    kv = tmp_path / "kv"
+    assert main(["compile", str(corpus), "--store", str(kv), "--model", model, "--chunk-tokens", "64", "--quiet"]) == 0
+    engine = RagPic(Config(model=model, store=str(kv), device="cpu"))
+    _, report = sync_index(engine, tmp_path / "index", read_folder(corpus), source_key(corpus), 64, embed)
+    assert report.new_chunks > 20 and report.compiled == 0

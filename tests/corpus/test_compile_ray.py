@@ -25,19 +25,23 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.redis
 
 RAY = str(Path(sys.executable).with_name("ray"))
+# The test cluster runs without Ray's token auth (loopback only). Said explicitly for every Ray
+# process: a local `ray.init()` (e.g. `ragpic compile --ray` with no address) leaves
+# ~/.ray/auth_token behind, and Ray's `ray start` then turns auth on for a head but not for a
+# worker node, which cannot join.
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 @pytest.fixture(scope="module")
 def ray_address():
     """A head node and a worker node, one CPU each, on 127.0.0.1 (stopped after the module)."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     port, temp = free_port(), tempfile.mkdtemp(prefix="/tmp/rp")  # short: Ray's socket paths have a limit
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
     try:
-        subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard", "false",
-                        "--temp-dir", temp, *common], check=True, capture_output=True, env=env, timeout=120)
-        subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", *common], check=True, capture_output=True,
-                       env=env, timeout=120)
+        for args in (["--head", "--port", str(port), "--include-dashboard", "false", "--temp-dir", temp],
+                     ["--address", f"127.0.0.1:{port}"]):
+            out = subprocess.run([RAY, "start", *args, *common], capture_output=True, text=True, env=ENV, timeout=120)
+            assert out.returncode == 0, f"ray start {args[0]} failed:\n{out.stdout[-1500:]}{out.stderr[-1500:]}"
         yield f"127.0.0.1:{port}"
     finally:
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
@@ -59,7 +63,7 @@ def compile_cmd(*args: str) -> list[str]:
 
 
 def run_json(cmd: list[str]) -> dict:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV)
     assert out.returncode == 0, out.stderr[-1500:]
     return json.loads(out.stdout)
 
@@ -95,7 +99,7 @@ def test_a_compile_actor_killed_mid_run_is_restarted_and_nothing_is_lost(ray_add
     try:
         cmd = compile_cmd(str(corpus), "--store", server.url, "--model", model, "--ray", ray_address,
                           "--workers", "2", "--batch", "4")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
         deadline, victim = time.monotonic() + 300, None
         while time.monotonic() < deadline and proc.poll() is None:
             actors = _compile_actors()
