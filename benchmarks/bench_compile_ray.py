@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk-tokens", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=4, help="chunks a batch: small enough that every worker gets work")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ragpic-bench-"))
@@ -69,7 +70,7 @@ def main() -> None:
     (tmp / "docs").mkdir()
     docs = corpus(tmp / "docs", args.docs)
     base = [sys.executable, "-m", "ragpic.cli", "compile", str(docs), "--store", url, "--chunk-tokens",
-            str(args.chunk_tokens), "--quiet", "--json"]
+            str(args.chunk_tokens), "--batch", str(args.batch), "--quiet", "--json"]
     setups = {"process": ["--threads", str(args.threads)],
               "ray 1x2": ["--ray", "--workers", "1", "--cpus-per-worker", "2"],
               "ray 2x1": ["--ray", "--workers", "2", "--cpus-per-worker", "1"]}
@@ -112,7 +113,7 @@ def main() -> None:
 
         Path(args.json).write_text(json.dumps({
             "command": " ".join(sys.argv), "cpu": torch.backends.cpu.get_cpu_capability(),
-            "threads": args.threads, "docs": args.docs, "summary": summary, "runs": rows}, indent=1))
+            "threads": args.threads, "docs": args.docs, "batch": args.batch, "summary": summary, "runs": rows}, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
