@@ -96,27 +96,11 @@ PUBLISHED_GEOMETRY = {"qwen2.5-coder-0.5b": (24, 2, 64), "qwen2.5-coder-1.5b": (
 
 def _gguf_geometry(path, name: str):
     """Layers, KV heads and head_dim from a GGUF file's metadata (no tensor table, no data)."""
-    import mmap
-    import struct
-
     from ragpic.cache.tools.plan import Geometry
-    from ragpic.core.gguf_header import _Cursor  # the header reader's value parser (stdlib)
+    from ragpic.core.gguf_header import read_metadata
     from ragpic.errors import ModelFileError
 
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            raise ModelFileError(f"{path}: not a GGUF file (no 'GGUF' magic at the start)")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            cur = _Cursor(buf)
-            try:
-                cur.pos = 8
-                _, kv_count = cur.take("<Q"), cur.take("<Q")
-                meta = {}
-                for _ in range(kv_count):
-                    key, vtype = cur.string(), cur.take("<I")
-                    meta[key] = cur.value(vtype)
-            except struct.error as e:
-                raise ModelFileError(f"{path}: the GGUF header is cut short or damaged ({e})") from None
+    meta = read_metadata(path)
     arch = meta.get("general.architecture")
     layers, kv_heads = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.attention.head_count_kv")
     heads, width = meta.get(f"{arch}.attention.head_count"), meta.get(f"{arch}.embedding_length")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ragpic.errors import ModelFileError
 
-__all__ = ["GGUFHeader", "read_header"]
+__all__ = ["GGUFHeader", "read_header", "read_metadata"]
 
 _MAGIC = b"GGUF"
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -93,25 +93,35 @@ def _tensor_bytes(ggml_type: int, dims: list[int], name: str, path: Path) -> int
     return elements // block * size
 
 
-def read_header(path: str | os.PathLike) -> GGUFHeader:
-    """Parse the metadata and tensor table of a GGUF file (v2/v3), without reading tensor data.
-
-    Raises:
-        ModelFileError: not a GGUF file, or the header itself is cut short.
-    """
+def _read(path: str | os.PathLike, parse):
     path = Path(path)
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size < 24 or f.read(4) != _MAGIC:
             raise ModelFileError(f"{path}: not a GGUF file (no 'GGUF' magic at the start)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
-                return _parse(_Cursor(buf), path)
+                return parse(_Cursor(buf), path)
             except struct.error as e:
                 raise ModelFileError(f"{path}: the GGUF header is cut short or damaged ({e}); the file is "
                                      "truncated: download or assemble it again") from None
 
 
-def _parse(cur: _Cursor, path: Path) -> GGUFHeader:
+def read_header(path: str | os.PathLike) -> GGUFHeader:
+    """Parse the metadata and tensor table of a GGUF file (v2/v3), without reading tensor data.
+
+    Raises:
+        ModelFileError: not a GGUF file, or the header itself is cut short.
+    """
+    return _read(path, _parse)
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """A GGUF file's metadata (``general.architecture``, ``qwen2.block_count``...), read from its
+    header alone (no tensor table, no data; stdlib only). Raises like :func:`read_header`."""
+    return _read(path, lambda cur, p: _metadata(cur, p)[1])
+
+
+def _metadata(cur: _Cursor, path: Path) -> tuple[int, dict]:
     cur.pos = 4
     version = cur.take("<I")
     if version < 2:
@@ -121,6 +131,11 @@ def _parse(cur: _Cursor, path: Path) -> GGUFHeader:
     for _ in range(kv_count):
         key, vtype = cur.string(), cur.take("<I")
         meta[key] = cur.value(vtype)
+    return tensor_count, meta
+
+
+def _parse(cur: _Cursor, path: Path) -> GGUFHeader:
+    tensor_count, meta = _metadata(cur, path)
     end = 0
     for _ in range(tensor_count):
         name = cur.string()
