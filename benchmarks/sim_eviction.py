@@ -30,7 +30,7 @@ import torch
 
 from ragpic.cache import ChunkStore, chunk_key
 from ragpic.cache.backends import DiskBackend
-from ragpic.cache.tools.plan import lru_hits, top_k_hit_rate, zipf_weights  # one Zipf for both
+from ragpic.cache.tools.zipf import lru_hits, top_k_hit_rate, zipf_weights  # one Zipf for both
 from ragpic.core.kv import ChunkKV
 
 FP = "sim/eviction"
