@@ -198,6 +198,14 @@ def _sliding_window(cfg) -> int | None:
     return int(window)
 
 
+def _saved_folder(dense: Path, fmt: WeightFormat) -> Path:
+    """Where a GGUF's quantized model is saved: beside its dense folder, by format, and by the
+    int4 layout of this CPU (packed bytes of an AVX-512 machine are wrong on an AVX2 one)."""
+    from ragpic.core.weights.linear import pack_block
+
+    return Path(f"{dense}-{fmt.value}") if fmt.value == "int8" else Path(f"{dense}-{fmt.value}-b{pack_block()}")
+
+
 def _quantized_gguf(target: Path, dense_dir, gguf_file, fmt: WeightFormat, config, dtype: torch.dtype):
     """``(model, summary)`` of a GGUF in a quantized format: saved at ``target`` the first time
     (from the dense folder and the file's own blocks), mapped back from it every time."""
@@ -260,7 +268,7 @@ def load_model(
     check_supported(config)  # refuse before loading gigabytes
     tokenizer = AutoTokenizer.from_pretrained(path)
     if fmt.quantized and gguf_file is not None:  # quantized once, saved beside the dense folder
-        model, summary = _quantized_gguf(Path(f"{path}-{fmt.value}"), path, gguf_file, fmt, config, dtype)
+        model, summary = _quantized_gguf(_saved_folder(path, fmt), path, gguf_file, fmt, config, dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
         summary = ""

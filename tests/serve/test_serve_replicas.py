@@ -248,9 +248,13 @@ def test_two_replicas_on_redis_agree_on_tenants_across_restarts(home, redis_serv
         [c.close() for c in (a1, b1, a2, b2)]
         _stop(servers)
         _clean(servers)
-        # the replicas' store counts reached the store's shared counters (ragpic store stats)
+        # the replicas' store counts reached the store's shared counters (ragpic store stats); the
+        # flush at shutdown is one Redis call under the store's query budget (0.25 s), skipped
+        # when a call timed out on a loaded machine (logged, and the breaker then skips the
+        # store for a while): statistics never hold up a shutdown
         counters = {k.decode(): int(v) for k, v in r.hgetall("ragpic:counters").items()}
-        assert counters.get("puts", 0) >= 1 and counters.get("hits", 0) >= 1, counters
+        skipped = any("KV store " in s.output() and " failed (" in s.output() for s in servers)
+        assert skipped or (counters.get("puts", 0) >= 1 and counters.get("hits", 0) >= 1), counters
 
         servers = _replicas(home, redis_server.url, n=1)  # every process restarted: none kept a record
         a1, b1 = clients(servers[0])

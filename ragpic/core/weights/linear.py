@@ -15,15 +15,17 @@ int8 ``W[n, k] = q[n, k] * scale[n]``; int4 ``W[n, k] = (q[n, k] - 8) * scale[g,
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "pack_int4", "quantize_int4",
+__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "pack_block", "pack_int4", "quantize_int4",
            "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
 GROUP = 32  # inputs per int4 scale and zero point: a GGUF Q4 block, the kernel's smallest group
-_BLOCK_N = 64  # the CPU int4 pack interleaves rows n and n + 32 of every 64-row block
+_BLOCK_N = 64  # int4 layers need whole 64-row blocks: the largest block of any CPU layout below
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,16 +51,35 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
 
 
+def _unpack(packed: torch.Tensor, block: int) -> torch.Tensor:
+    n, half = packed.shape
+    blocks = packed.reshape(n // block, 2 * half, block // 2)
+    codes = torch.cat((blocks & 15, blocks >> 4), dim=2)  # (N/block, K, block)
+    return codes.transpose(1, 2).reshape(n, 2 * half)
+
+
+@functools.cache
+def pack_block() -> int:
+    """Rows per block of the CPU kernel's int4 layout, which the ISA torch dispatches to decides
+    (64 with AVX-512, 32 with AVX2): found once by packing a known pattern. Part of a saved
+    quantized model's key (:mod:`ragpic.core.weights.saved`): packed bytes do not move between
+    machines of different ISAs."""
+    codes = torch.randint(0, 16, (128, 64), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    packed = pack_int4(codes)
+    for block in (64, 32, 16, 8, 4, 2):
+        if torch.equal(_unpack(packed, block), codes):
+            return block
+    raise RuntimeError(f"torch {torch.__version__}'s CPU int4 layout ({torch.backends.cpu.get_cpu_capability()}) "
+                       "is not one ragpic can read: use weights='int8' or 'dense'")
+
+
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     """The inverse of :func:`pack_int4`: ``(N, K/2)`` uint8 -> ``(N, K)`` uint8 codes.
 
-    Per 64-row block the kernel's layout is ``(K, 32)`` bytes, byte ``(k, i)`` holding row ``i``
-    in its low nibble and row ``i + 32`` in its high one.
+    Per block of :func:`pack_block` rows ``B`` the kernel's layout is ``(K, B/2)`` bytes, byte
+    ``(k, i)`` holding row ``i`` in its low nibble and row ``i + B/2`` in its high one.
     """
-    n, half = packed.shape
-    blocks = packed.reshape(n // _BLOCK_N, 2 * half, _BLOCK_N // 2)
-    codes = torch.cat((blocks & 15, blocks >> 4), dim=2)  # (N/64, K, 64)
-    return codes.transpose(1, 2).reshape(n, 2 * half)
+    return _unpack(packed, pack_block())
 
 
 class _WeightOnly(nn.Module):
