@@ -203,7 +203,7 @@ def _saved_folder(dense: Path, fmt: WeightFormat) -> Path:
     int4 layout of this CPU (packed bytes of an AVX-512 machine are wrong on an AVX2 one)."""
     from ragpic.core.weights.linear import pack_block
 
-    return Path(f"{dense}-{fmt.value}") if fmt.value == "int8" else Path(f"{dense}-{fmt.value}-b{pack_block()}")
+    return Path(f"{dense}-{fmt.value}") if fmt is WeightFormat.INT8 else Path(f"{dense}-{fmt.value}-b{pack_block()}")
 
 
 def _quantized_gguf(target: Path, dense_dir, gguf_file, fmt: WeightFormat, config, dtype: torch.dtype):

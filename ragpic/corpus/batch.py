@@ -107,7 +107,8 @@ def compile_batch(engine: "RagPic", texts: Sequence[str], wheres: Sequence[str],
         raise StoreError(f"batch {wheres[0]} .. {wheres[-1]}: {e}") from e
     t3 = time.perf_counter()
     if len(stored) != len(plan.todo):  # strict writes raise; a store that answered less must not pass
-        lost = [where_of[t] for k, t in plan.todo if k not in set(stored)]
+        held = set(stored)
+        lost = [where_of[t] for k, t in plan.todo if k not in held]
         raise StoreError(f"{len(lost)} chunks were not stored (first: {lost[0]}); is the store full or read-only?")
     out.compiled, out.tokens = len(plan.todo), sum(len(i) for i in ids)
     out.compile_s, out.encode_s, out.write_s = t1 - t0, t2 - t1, t3 - t2

@@ -21,7 +21,7 @@ from typing import Any
 from ragpic.corpus.sources import Doc
 from ragpic.errors import UsageError
 
-__all__ = ["CHUNKERS", "Chunker", "llamaindex_splitter", "make_chunker"]
+__all__ = ["CHUNKERS", "Chunker", "check_chunking", "llamaindex_splitter", "make_chunker"]
 
 Chunker = Callable[[Doc], list[str]]
 CHUNKERS = ("llamaindex", "langchain", "none")
@@ -76,11 +76,17 @@ def _whole(tokenizer: Any, chunk_tokens: int) -> Chunker:
     return lambda doc: [doc.text] if doc.text.strip() else []
 
 
+def check_chunking(name: str, chunk_tokens: int) -> None:
+    """Raise :class:`UsageError` unless ``name`` is one of :data:`CHUNKERS` and ``chunk_tokens``
+    a whole number >= 16 (checked where a job is made, before any model loads)."""
+    if name not in CHUNKERS:
+        raise UsageError(f"chunker must be one of {', '.join(CHUNKERS)}, got {name!r}")
+    if not isinstance(chunk_tokens, int) or chunk_tokens < 16:
+        raise UsageError(f"chunk_tokens must be >= 16, got {chunk_tokens!r}")
+
+
 def make_chunker(name: str, tokenizer: Any, chunk_tokens: int) -> Chunker:
     """The chunker ``name`` (one of :data:`CHUNKERS`) counting ``tokenizer``'s tokens."""
+    check_chunking(name, chunk_tokens)
     builders = {"llamaindex": _llamaindex, "langchain": _langchain, "none": _whole}
-    if name not in builders:
-        raise UsageError(f"chunker must be one of {', '.join(CHUNKERS)}, got {name!r}")
-    if chunk_tokens < 16:
-        raise UsageError(f"chunk_tokens must be >= 16, got {chunk_tokens}")
     return builders[name](tokenizer, chunk_tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ragpic.config import Config
-from ragpic.corpus.chunking import CHUNKERS
+from ragpic.corpus.chunking import check_chunking
 from ragpic.errors import UsageError
 
 __all__ = ["CompileJob"]
@@ -42,11 +42,9 @@ class CompileJob:
     def __post_init__(self) -> None:
         if not isinstance(self.store, str) or not self.store.strip() or self.store == "memory":
             raise UsageError(f"store must be a folder or a redis:// URL that outlives the run, got {self.store!r}")
-        if self.chunker not in CHUNKERS:
-            raise UsageError(f"chunker must be one of {', '.join(CHUNKERS)}, got {self.chunker!r}")
-        for name in ("chunk_tokens", "batch_chunks"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise UsageError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
+        check_chunking(self.chunker, self.chunk_tokens)  # the chunker's own rule, before any model loads
+        if not isinstance(self.batch_chunks, int) or self.batch_chunks < 1:
+            raise UsageError(f"batch_chunks must be a whole number >= 1, got {self.batch_chunks!r}")
         self.config()  # model, dtype, weights, KV format and method checked before any work
 
     def config(self) -> Config:

@@ -8,7 +8,7 @@ check (:func:`missing_keys`) are shared, so both store the same keys for the sam
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ragpic.corpus.batch import compile_batch
@@ -58,17 +58,6 @@ def missing_keys(store: Any, keys: Sequence[str]) -> list[str]:
     return missing
 
 
-def _batches(items: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
-    batch: list[tuple[str, str]] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def compile_in_process(job: CompileJob, docs: Iterable[Doc], *, progress: bool = True,
                        lm: Any = None) -> CompileReport:
     """Compile a corpus into ``job.store`` here, one batch of ``job.batch_chunks`` at a time.
@@ -89,7 +78,8 @@ def compile_in_process(job: CompileJob, docs: Iterable[Doc], *, progress: bool =
         keys: dict[str, None] = {}
         bar = Progress(len(chunks), progress)
         try:
-            for batch in _batches(chunks, job.batch_chunks):
+            for lo in range(0, len(chunks), job.batch_chunks):
+                batch = chunks[lo:lo + job.batch_chunks]
                 result = compile_batch(engine, [t for _, t in batch], [w for w, _ in batch], on_compiled=bar.advance)
                 keys.update(dict.fromkeys(result.keys))
                 report.add(result)

@@ -62,11 +62,10 @@ class ChunkFiles:
 
     def __call__(self, row: dict) -> list[dict]:
         from ragpic.corpus.local import cut
-        from ragpic.corpus.sources import Doc, read_jsonl, read_text_file
+        from ragpic.corpus.sources import file_doc, read_jsonl
 
-        path, name = Path(row["path"]), row["name"]
-        docs = read_jsonl(path) if path.suffix.lower() == ".jsonl" else [
-            Doc(name, read_text_file(path, name), {"file": name})]  # as read_source names a folder's files
+        path = Path(row["path"])
+        docs = read_jsonl(path) if path.suffix.lower() == ".jsonl" else [file_doc(path, row["name"])]
         # a document with no chunk still counts as read: one empty row, dropped before compiling
         return [{"where": w, "text": t, "doc": int(i == 0)}
                 for doc in docs for i, (w, t) in enumerate(cut(doc, self.chunker) or [(doc.name, "")])]

@@ -31,13 +31,13 @@ class CompileReport(Counts):
     ray: bool = False
     workers: dict[str, dict] = field(default_factory=dict)
 
-    def add(self, b: Counts) -> None:
+    def add(self, b: BatchResult) -> None:
+        """Sum a batch into the run and into its worker's share."""
         Counts.add(self, b)
-        if isinstance(b, BatchResult):
-            w = self.workers.setdefault(b.worker, {"batches": 0} | asdict(Counts()))
-            w["batches"] += 1
-            for name in Counts.__dataclass_fields__:
-                w[name] += getattr(b, name)
+        w = self.workers.setdefault(b.worker, {"batches": 0} | asdict(Counts()))
+        w["batches"] += 1
+        for name in Counts.__dataclass_fields__:
+            w[name] += getattr(b, name)
 
     @property
     def ok(self) -> bool:

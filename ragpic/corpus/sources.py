@@ -19,8 +19,8 @@ from typing import Any
 
 from ragpic.errors import UsageError
 
-__all__ = ["Doc", "SUFFIXES", "doc_from", "folder_files", "read_jsonl", "read_source", "read_sources", "read_text_bytes",
-           "read_text_file"]
+__all__ = ["Doc", "SUFFIXES", "doc_from", "doc_of", "file_doc", "folder_files", "read_jsonl", "read_source",
+           "read_sources", "read_text_bytes"]
 
 SUFFIXES = (".txt", ".md")
 
@@ -58,14 +58,14 @@ def read_text_bytes(path: Path, name: str, option: str = "SOURCE") -> bytes:
                          "or remove it") from None
 
 
-def read_text_file(path: Path, name: str, option: str = "SOURCE") -> str:
-    return read_text_bytes(path, name, option).decode("utf-8")
+def file_doc(path: Path, name: str, option: str = "SOURCE") -> Doc:
+    """A text file as one document: named ``name`` (its path relative to its folder) and tagged
+    ``{"file": name}``, the metadata line ``ragpic demo`` gives it, so both cut the same chunks."""
+    return Doc(name, read_text_bytes(path, name, option).decode("utf-8"), {"file": name})
 
 
 def parse_jsonl_line(line: str, where: str) -> Doc | None:
-    """One JSONL line -> a :class:`Doc` (``None`` for a blank line): an object with a ``text``
-    string, an optional ``id`` (the document's name; default ``where``) and an optional
-    ``metadata`` object."""
+    """One JSONL line -> a :class:`Doc` (``None`` for a blank line), see :func:`doc_of`."""
     if not line.strip():
         return None
     try:
@@ -73,6 +73,13 @@ def parse_jsonl_line(line: str, where: str) -> Doc | None:
     except ValueError as e:
         raise UsageError(f"{where}: not JSON ({e.msg}); each line must be an object like "
                          '{"text": "...", "id": "...", "metadata": {...}}') from None
+    return doc_of(obj, where)
+
+
+def doc_of(obj: object, where: str) -> Doc:
+    """A parsed JSONL object (or a dict given to the Python API) -> a :class:`Doc`: a ``text``
+    string, an optional ``id`` (the document's name; default ``where``) and an optional
+    ``metadata`` object."""
     if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
         raise UsageError(f"{where}: each line must be a JSON object with a \"text\" string, got "
                          f"{type(obj).__name__}{' without text' if isinstance(obj, dict) else ''}")
@@ -108,12 +115,11 @@ def read_source(source: str | os.PathLike, option: str = "SOURCE") -> Iterator[D
                          "a .jsonl file")
     if path.is_dir():
         for p in folder_files(path, option):
-            name = p.relative_to(path).as_posix()
-            yield Doc(name, read_text_file(p, name, option), {"file": name})
+            yield file_doc(p, p.relative_to(path).as_posix(), option)
     elif path.suffix.lower() == ".jsonl":
         yield from read_jsonl(path, option)
     elif path.suffix.lower() in SUFFIXES:
-        yield Doc(path.name, read_text_file(path, path.name, option), {"file": path.name})
+        yield file_doc(path, path.name, option)
     else:
         raise UsageError(f"{option} {source}: not a folder, a .jsonl, a .txt or a .md file")
 
@@ -132,10 +138,7 @@ def doc_from(obj: Any, i: int) -> Doc:
     if isinstance(obj, str):
         return Doc(f"documents[{i}]", obj)
     if isinstance(obj, dict):
-        doc = parse_jsonl_line(json.dumps(obj), f"documents[{i}]")
-        if doc is None:
-            raise UsageError(f"documents[{i}]: empty")
-        return doc
+        return doc_of(obj, f"documents[{i}]")
     text = getattr(obj, "page_content", None)
     if text is None:
         text = getattr(obj, "text", None)

@@ -164,3 +164,20 @@ def test_the_demo_finds_every_chunk_compile_stored(model, corpus, tmp_path, embe
     engine = RagPic(Config(model=model, store=str(kv), device="cpu"))
     _, report = sync_index(engine, tmp_path / "index", read_folder(corpus), source_key(corpus), 64, embed)
     assert report.new_chunks > 20 and report.compiled == 0
+
+
+def test_dicts_and_strings_are_documents_checked_as_jsonl_lines_are():
+    from ragpic.corpus.sources import doc_from
+    from ragpic.errors import UsageError
+
+    from ragpic.corpus.sources import parse_jsonl_line
+
+    given = doc_from({"text": "t", "id": "a", "metadata": {"k": 1}}, 0)
+    assert (given.name, given.text, given.metadata) == ("a", "t", {"k": 1})
+    line = parse_jsonl_line('{"text": "t", "id": "a", "metadata": {"k": 1}}', "f.jsonl:1")
+    assert (line.name, line.text, line.metadata) == (given.name, given.text, given.metadata)
+    assert doc_from({"text": "t"}, 3).name == "documents[3]" and doc_from("plain", 4).name == "documents[4]"
+    with pytest.raises(UsageError, match=r"documents\[1\]: each line must be a JSON object with a \"text\""):
+        doc_from({"body": "no text"}, 1)
+    with pytest.raises(UsageError, match=r"documents\[2\]: \"metadata\" must be an object"):
+        doc_from({"text": "t", "metadata": ["x"]}, 2)

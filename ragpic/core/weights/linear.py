@@ -20,8 +20,8 @@ import functools
 import torch
 from torch import nn
 
-__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "pack_block", "pack_int4", "quantize_int4",
-           "quantize_int8", "unpack_int4"]
+__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "pack_block", "pack_int4",
+           "quantize_int4", "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
 GROUP = 32  # inputs per int4 scale and zero point: a GGUF Q4 block, the kernel's smallest group
