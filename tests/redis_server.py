@@ -47,6 +47,16 @@ class RedisServer:
         self._dir.cleanup()
 
 
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """A server of the test module's own (its URL and port), stopped after the module."""
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """URL of a session-wide server; tests isolate themselves with unique key prefixes."""

@@ -22,18 +22,11 @@ from ragpic.serve.tenant_records import MemoryRecords, records_for
 from ragpic.serve.tenant_redis import RedisRecords
 from ragpic.serve.tenant_sqlite import FolderRecords
 from ragpic.serve.tenants import Tenants
-from redis_server import RedisCluster, RedisServer
+from redis_server import RedisCluster, redis_server  # noqa: F401 - a fixture
 from serve_helpers import Server, body, free_port, sentences, tiny_home
 
 KEY_A, KEY_B = "key-a-0123456789abcdef", "key-b-0123456789abcdef"
 NEVER = "cc-" + "0" * 48  # an id nobody created
-
-
-@pytest.fixture(scope="module")
-def redis_server():
-    server = RedisServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

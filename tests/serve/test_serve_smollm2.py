@@ -14,7 +14,7 @@ import json
 import httpx
 import pytest
 
-from redis_server import RedisServer
+from redis_server import redis_server  # noqa: F401 - a fixture
 from serve_helpers import Server
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
@@ -32,16 +32,9 @@ QUESTION = "What do people do in Dolores Park?"
 
 
 @pytest.fixture(scope="module")
-def redis():
-    server = RedisServer()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def workers(redis, tmp_path_factory):
+def workers(redis_server, tmp_path_factory):
     home = tmp_path_factory.mktemp("smol-serve")
-    servers = [Server("--store", redis.url, "--max-batch", "4", home=home, isolate=False, timeout_s=300)
+    servers = [Server("--store", redis_server.url, "--max-batch", "4", home=home, isolate=False, timeout_s=300)
                for _ in range(2)]
     # The passages are stored before any test runs (through worker 0, so worker 1's hits cross
     # workers): each test then finds them alone, in any order, as the engine fixture does.
