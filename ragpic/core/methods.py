@@ -8,6 +8,7 @@ a chunk's store key, so the two can never be mixed by accident.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ragpic.errors import ConfigError
@@ -18,11 +19,13 @@ PLAIN = "plain"
 LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
 METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0), "
-               "'cacheblend-<percent>' (e.g. cacheblend-15), 'qr-<percent>[-k<k>]' (e.g. qr-3, qr-3-k1) "
-               "or 'qp-<percent>[-k<k>][-d<percent>]' (e.g. qp-5, qp-5-d25)")
+               "'cacheblend-<percent>' (e.g. cacheblend-15), 'qr-<percent>[-k<k>][-h<hops>]' (e.g. qr-3, qr-3-k1), "
+               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>]' (e.g. qp-5, qp-5-d25, qp-10-h2) "
+               "or 'auto' (the fastest calibrated recipe that keeps Config.fidelity of full's accuracy)")
 QR_DEFAULT_K = 16
 QP_DEFAULT_DEPTH = 0.5
 """``qp``'s probe pass runs the first half of the layers unless its name says ``-d<percent>``."""
+_QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?", re.ASCII)
 
 
 def dummy_recipe(n: int) -> str:
@@ -41,24 +44,28 @@ def recipe_dummies(recipe: str) -> int:
 
 @dataclass(slots=True, frozen=True)
 class Method:
-    """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``, ``qr-<r>[-k<k>]``,
-    ``qp-<r>[-k<k>][-d<d>]``.
+    """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``,
+    ``qr-<r>[-k<k>][-h<n>]``, ``qp-<r>[-k<k>][-d<d>][-h<n>]`` or ``auto``.
 
     Attributes:
-        kind: ``full``, ``naive``, ``legolink``, ``cacheblend``, ``qr`` (query-guided recompute)
-            or ``qp`` (its one-pass form: the question probed at shallow layers).
+        kind: ``full``, ``naive``, ``legolink``, ``cacheblend``, ``qr`` (query-guided recompute),
+            ``qp`` (its one-pass form: the question probed at shallow layers) or ``auto`` (a
+            calibrated choice among the others, resolved by the engine for its model:
+            :mod:`ragpic.engine.calibration`; it links nothing itself).
         k: tokens recomputed at the start of every chunk (``legolink``; ``qr``'s first pass and
             ``qp``'s fixed rows).
         ratio: fraction of chunk tokens recomputed past layer 1 (``cacheblend``), or recomputed
             in the second pass (``qr``) or added to the forward (``qp``), in (0, 1].
         depth: fraction of the layers ``qp``'s probe pass runs, in (0, 1]
             (:data:`QP_DEFAULT_DEPTH` unless the name says ``-d<percent>``); 0 for other kinds.
+        hops: ``qr`` / ``qp``: rounds of second-order selection (:mod:`ragpic.core.link.hops`), 0: none.
     """
 
     kind: str
     k: int = 0
     ratio: float = 0.0
     depth: float = 0.0
+    hops: int = 0
 
     @property
     def name(self) -> str:
@@ -68,12 +75,16 @@ class Method:
             return f"cacheblend-{_percent(self.ratio)}"
         if self.kind in ("qr", "qp"):
             name = f"{self.kind}-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
-            return name + ("" if self.kind == "qr" or self.depth == QP_DEFAULT_DEPTH else f"-d{_percent(self.depth)}")
+            name += "" if self.kind == "qr" or self.depth == QP_DEFAULT_DEPTH else f"-d{_percent(self.depth)}"
+            return name + (f"-h{self.hops}" if self.hops else "")
         return self.kind
 
     @property
     def recipe(self) -> str:
         """The compile recipe the chunks this method links must have."""
+        if self.kind == "auto":
+            raise ConfigError("method 'auto' is resolved to a recipe by the engine for its model "
+                              "(Engine.method_of): resolve it before asking for its compile recipe")
         return dummy_recipe(LEGOLINK0_DUMMIES) if self.kind == "legolink" and self.k == 0 else PLAIN
 
 
@@ -98,11 +109,13 @@ def parse_method(name: str | Method) -> Method:
         return Method("legolink", k=int(arg))
     if kind == "cacheblend" and _number(arg) and 0 < float(arg) <= 100:
         return Method("cacheblend", ratio=float(arg) / 100)
-    if kind in ("qr", "qp"):
-        arg, dsep, depth = arg.partition("-d") if kind == "qp" else (arg, "", "")
-        pct, sep, k = arg.partition("-k")
-        depth_ok = not dsep or _number(depth) and 0 < float(depth) <= 100
-        if _number(pct) and 0 < float(pct) <= 100 and (not sep or k.isascii() and k.isdigit()) and depth_ok:
+    if kind == "auto" and not arg:
+        return Method("auto")
+    query = _QUERY.fullmatch(str(name).strip().lower())
+    if query:
+        kind, pct, k, depth, hops = query.groups()
+        if 0 < float(pct) <= 100 and (depth is None or kind == "qp" and 0 < float(depth) <= 100):
             return Method(kind, k=int(k) if k else QR_DEFAULT_K, ratio=float(pct) / 100,
-                          depth=0.0 if kind == "qr" else float(depth) / 100 if dsep else QP_DEFAULT_DEPTH)
+                          depth=0.0 if kind == "qr" else float(depth) / 100 if depth else QP_DEFAULT_DEPTH,
+                          hops=int(hops or 0))
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")

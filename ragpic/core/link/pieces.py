@@ -32,6 +32,7 @@ from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, concat_ids
+from ragpic.errors import LinkError
 
 __all__ = ["ChunkedLink", "link", "linker_for", "recompute_mask"]
 
@@ -44,6 +45,9 @@ def linker_for(method: str | Method | Linker) -> Linker:
     if isinstance(method, Linker):
         return method
     method = parse_method(method)
+    if method.kind == "auto":  # a choice the engine makes from its model's calibration
+        raise LinkError("method 'auto' picks a recipe from the model's calibration: link through an "
+                        "Engine (it resolves 'auto'), or pass a concrete method such as legolink-16")
     return _FAMILIES[method.kind](method)
 
 

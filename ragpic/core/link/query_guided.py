@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from ragpic.core.forward import recompute_rows
+from ragpic.core.link.hops import select_with_hops
 from ragpic.core.link.plan import Linker
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
@@ -39,7 +40,7 @@ from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment, segment_starts
 from ragpic.errors import LinkError
 
-__all__ = ["SPAN", "QueryGuided", "check_probe_runs", "chunk_spans", "select_spans", "spread_rows",
+__all__ = ["SPAN", "QueryGuided", "check_probe_runs", "chunk_spans", "select_runs", "select_spans", "spread_rows",
            "trailing_text_rows"]
 
 SPAN = 16
@@ -110,6 +111,14 @@ def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: f
     return chosen
 
 
+def select_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]], method, ids: torch.Tensor) -> torch.Tensor:
+    """The runs ``method`` (``qr`` / ``qp``) repairs: :func:`select_spans`, or with ``-h<n>``
+    :func:`~ragpic.core.link.hops.select_with_hops` (``ids``: the prompt's ``(N,)`` host ids)."""
+    if method.hops:
+        return select_with_hops(scores, runs, method.ratio, ids, method.hops)
+    return select_spans(scores, runs, method.ratio)
+
+
 class QueryGuided(Linker):
     """``qr-<r>[-k<k>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
 
@@ -141,7 +150,7 @@ class QueryGuided(Linker):
         logits = recompute_rows(lm, cache, ids, pos1, n, probe)
         scores = probe.scores(int(PROBE_FROM_LAYER * lm.num_layers)).cpu()  # the pass's one sync
         runs = chunk_spans(segments)
-        chosen = select_spans(scores, runs, self.method.ratio)
+        chosen = select_runs(scores, runs, self.method, ids)
         if not chosen.any():  # no chunks: the first pass computed every row
             return logits, first, int(pos1.numel())
         text = torch.ones(n, dtype=torch.bool)  # uncached rows: everything the runs do not cover

@@ -11,7 +11,8 @@ never see the repaired runs. Here the question's attention is read at a few shal
    pays to every prompt token; the last :data:`PROFILED_LAYERS` of them rank the chunk's
    16-token runs (:func:`~ragpic.core.link.query_guided.chunk_spans`), rows the forward
    recomputes anyway scoring nothing, and the best runs are taken until they cover ``r`` of
-   the chunk tokens (:func:`~ragpic.core.link.query_guided.select_spans`);
+   the chunk tokens (:func:`~ragpic.core.link.query_guided.select_spans`; with ``-h<n>``, half
+   of them by score and the rest by following rare tokens, :mod:`ragpic.core.link.hops`);
 2. **forward**: ``legolink-k``'s rows plus the chosen runs, every layer, in position order:
    every chunk start and the question see the chosen runs' fresh KV, and the question goes
    through the model once.
@@ -31,7 +32,7 @@ import torch
 
 from ragpic.core.forward import layer_forward, recompute_rows, step_inputs
 from ragpic.core.link.plan import Linker
-from ragpic.core.link.query_guided import (check_probe_runs, chunk_spans, select_spans, spread_rows,
+from ragpic.core.link.query_guided import (check_probe_runs, chunk_spans, select_runs, spread_rows,
                                            trailing_text_rows)
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention_probe import AttentionProbe
@@ -100,7 +101,7 @@ class QueryProbe(Linker):
             probed = int(first.numel())
             scores = probe.scores(layers - PROFILED_LAYERS).cpu()  # the link's one sync
             scores[rec] = 0  # rows the forward recomputes anyway: no budget spent on them
-            rec = rec | select_spans(scores, runs, self.method.ratio)
+            rec = rec | select_runs(scores, runs, self.method, ids)
         pos = rec.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos, n)
         return logits, rec, probed + int(pos.numel())
