@@ -84,8 +84,15 @@ def method_name(text: str, *, variants: bool = False, bare_legolink: bool = Fals
 
 
 def method_list(*, variants: bool = False, bare_legolink: bool = False):
-    """An argparse type: a comma-separated list of link methods."""
-    return csv_of(lambda t: method_name(t, variants=variants, bare_legolink=bare_legolink))
+    """An argparse type: a comma-separated list of named link methods (evaluations compare
+    recipes, so not ``auto``, which the engine resolves per model)."""
+    def one(text: str) -> str:
+        name = method_name(text, variants=variants, bare_legolink=bare_legolink)
+        if name.partition("@")[0].strip().lower() == "auto":
+            raise argparse.ArgumentTypeError("'auto' is chosen per model from its calibration: list the recipes "
+                                             "to compare (`ragpic calibrate` shows which one auto picks)")
+        return name
+    return csv_of(one)
 
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

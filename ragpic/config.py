@@ -33,7 +33,13 @@ class Config:
         method: link method: ``legolink-<k>`` (default ``legolink-16``), ``legolink-0``,
             ``naive``, ``cacheblend-<percent>``, ``qr-<percent>[-k<k>]`` (query-guided recompute,
             :mod:`ragpic.core.link.query_guided`), ``qp-<percent>[-k<k>][-d<percent>]`` (its
-            one-pass form, :mod:`ragpic.core.link.query_probe`) or ``full``.
+            one-pass form, :mod:`ragpic.core.link.query_probe`; ``-h<n>`` adds second-order
+            selection, :mod:`ragpic.core.link.hops`), ``full``, or ``auto``: the fastest recipe
+            that keeps ``fidelity`` of ``full``'s score in this model's calibration
+            (``ragpic calibrate``; ``legolink-16`` without one, said once in the log;
+            :mod:`ragpic.engine.calibration`).
+        fidelity: ``auto``'s target: the share of ``full``'s score, in (0, 1], a recipe must keep
+            on every calibration task ``full`` can do.
         store: where compiled KV lives: a folder (put it beside your vector index, see
             :func:`kv_folder`), ``redis://host:port/db`` (shared by several workers),
             ``redis-cluster://host:port,host:port`` (a Redis Cluster), or
@@ -63,6 +69,7 @@ class Config:
     dtype: str | None = None
     weights: str | WeightFormat = "auto"
     method: str = "legolink-16"
+    fidelity: float = 0.97
     store: str | None = None
     store_size_limit_gb: float = 8.0
     memory_cache_mb: int = 512
@@ -89,5 +96,7 @@ class Config:
         check_number("store_stats_interval_s", self.store_stats_interval_s, "a number of seconds >= 0 "
                      "(0: only on close)", lambda v: v >= 0)
         check_number("temperature", self.temperature, "a number >= 0 (0 is greedy)", lambda v: v >= 0)
+        check_number("fidelity", self.fidelity, "a share of full's score in (0, 1], e.g. 0.97",
+                     lambda v: 0 < v <= 1)
         check_number("top_p", self.top_p, "a number in (0, 1]", lambda v: 0 < v <= 1)
 

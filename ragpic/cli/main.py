@@ -1,4 +1,4 @@
-"""``ragpic demo | eval | eval needle | eval ruler | bench | store | serve | model`` — the command line.
+"""``ragpic demo | compile | eval | eval needle | eval ruler | bench | calibrate | store | serve | model`` — the command line.
 
 Each command registers its parser with ``set_defaults(func=..., check=...)``: ``check`` runs
 first and validates every argument without loading a model; ``func`` does the work. Adding a
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ragpic.cli.calibrate import add_parser as add_calibrate_parser
 from ragpic.cli.compile import add_parser as add_compile_parser
 from ragpic.cli.eval import add_bench_parser, add_eval_parser, build_needle_parser
 from ragpic.cli.ruler import build_ruler_parser
@@ -33,6 +34,7 @@ Commands:
   eval needle   needle in a haystack (bundled Paul Graham essays)
   eval ruler    RULER-style synthetic tasks: needles, variable tracking across chunks, common words
   bench         link TTFT of every method vs context length
+  calibrate     each link recipe's share of full and speed-up on a model, for method="auto"
   store check   entries, bytes, corrupt and orphaned files of a KV store (--repair fixes them)
   store stats   entries, bytes per token, hits, misses, evictions and recompiles of a KV store
   store plan    capacity on paper: bytes per token per KV format, chunks per memory, hot-set hit rates
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compile_parser(sub)
     add_eval_parser(sub)
     add_bench_parser(sub)
+    add_calibrate_parser(sub)
     add_store_parser(sub)
     add_serve_parser(sub)
     add_model_parser(sub)

@@ -19,10 +19,12 @@ from ragpic.core.kv import ChunkKV
 from ragpic.core.link import linker_for
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel, load_model
+from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, split_prompt, text_segment
 from ragpic.checks import check_number, check_text
 from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, GenerationTimeout
+from ragpic.engine.calibration import Choice, choose, load_calibration
 from ragpic.engine.compile_plan import compile_and_store, plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
 from ragpic.engine.prompting import check_messages, format_chat
@@ -54,6 +56,8 @@ class RagPic:
         # stalled store cannot block others and concurrent streams interleave token by token.
         self._step = threading.Lock()
         self._pool = SlabPool()  # linked-cache memory, reused from one request to the next
+        self._auto: Choice | None = None  # what method="auto" resolved to, on first use
+        self._auto_lock = threading.Lock()
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype,
                                    weights=self.config.weights)
         self.store = store or open_store(
@@ -94,8 +98,20 @@ class RagPic:
     # ----- compile --------------------------------------------------------------------
     def method_of(self, method: str | Method | None = None) -> Method:
         """The parsed link method: ``method``, else ``config.method`` (the public entry points'
-        one place to parse a name; everything below takes a :class:`Method`)."""
-        return method if isinstance(method, Method) else parse_method(method or self.config.method)
+        one place to parse a name; everything below takes a :class:`Method`). ``auto`` comes
+        back as the recipe it resolved to (:meth:`auto_choice`)."""
+        m = method if isinstance(method, Method) else parse_method(method or self.config.method)
+        return self.auto_choice().method if m.kind == "auto" else m
+
+    def auto_choice(self) -> Choice:
+        """What ``auto`` links with on this model at ``config.fidelity``: resolved from the model's
+        calibration on first use and logged once (WARNING when uncalibrated, else INFO)."""
+        with self._auto_lock:
+            if self._auto is None:
+                runnable = None if uses_banded_attention(self.lm.model) else ("full", "naive", "legolink", "cacheblend")
+                self._auto = choose(load_calibration(self.lm.fingerprint), self.config.fidelity, runnable)
+                log.log(logging.INFO if self._auto.calibrated else logging.WARNING, "%s", self._auto.reason)
+            return self._auto
 
     def chunk_key(self, text: str, method: str | Method | None = None) -> str:
         from ragpic.cache import chunk_key

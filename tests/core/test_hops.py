@@ -12,50 +12,52 @@ from ragpic.core.methods import parse_method
 from prompts import compile_texts, linked_prompt
 from tiny import tiny_lm
 
-COMMON = 7  # a filler token in every run
-
 
 def chain_prompt() -> tuple[torch.Tensor, list[tuple[int, int]], torch.Tensor]:
-    """Ten 4-token runs of filler; a chain 100 -> 101 -> 102 crosses runs 1, 5 and 8:
-    run 1 holds 100 (what the question asks), run 5 holds 100 and 101, run 8 holds 101 and 102."""
-    runs = [(4 * i, 4 * i + 4) for i in range(10)]
-    ids = torch.full((40,), COMMON)
-    ids[torch.arange(40) % 4 == 1] = torch.arange(10) + 200  # each run's own word: rare but links nothing
-    ids[4 + 2], ids[20 + 2], ids[20 + 3], ids[32 + 2], ids[32 + 3] = 100, 100, 101, 101, 102
-    scores = torch.full((40,), 0.01)
-    scores[4:8] = 1.0  # the question reads run 1
-    scores[12:16] = 0.5  # and, less, run 3 (filler)
+    """Twenty 16-token runs of filler (8 tokens, each in every run); a chain 100 -> 101 -> 102:
+    100 in run 1 (what the question asks) and at 134, 101 at 136 and 238, 102 at 241, so the
+    last link straddles runs 14 and 15."""
+    runs = [(16 * i, 16 * i + 16) for i in range(20)]
+    ids = 1000 + torch.arange(320) % 8
+    ids[20], ids[134], ids[136], ids[238], ids[241] = 100, 100, 101, 101, 102
+    scores = torch.full((320,), 0.01)
+    scores[16:32] = 1.0  # the question reads run 1
+    scores[48:64] = 0.5  # and, less, run 3 (filler)
     return ids, runs, scores
 
 
-def chosen_runs(mask: torch.Tensor, runs) -> list[int]:
-    return [i for i, (a, b) in enumerate(runs) if mask[a:b].all()]
+def rows(*spans: tuple[int, int]) -> torch.Tensor:
+    mask = torch.zeros(320, dtype=torch.bool)
+    for a, b in spans:
+        mask[a:b] = True
+    return mask
 
 
 def test_hops_follow_the_chain_that_scores_alone_miss():
     ids, runs, scores = chain_prompt()
-    assert chosen_runs(select_spans(scores, runs, 0.3), runs) == [0, 1, 3]  # by score: run 0 wins the tie
-    # budget 16 tokens: seeds runs 1 and 3 (half of it), hop 1 -> run 5 (shares 100), hop 2 -> run 8 (101)
-    assert chosen_runs(select_with_hops(scores, runs, 0.4, ids, hops=2), runs) == [1, 3, 5, 8]
-    assert chosen_runs(select_with_hops(scores, runs, 0.4, ids, hops=1), runs) == [0, 1, 3, 5]  # rest by score
+    assert torch.equal(select_spans(scores, runs, 0.2), rows((0, 64)))  # by score: runs 1, 3, then 0 and 2
+    # budget 64: seeds runs 1 and 3 (half), hop 1 -> a window around 134 (100), hop 2 -> around 238 (101),
+    # which keeps the link that straddles runs 14 and 15 whole
+    assert torch.equal(select_with_hops(scores, runs, 0.2, ids, hops=2), rows((16, 32), (48, 64), (126, 142), (230, 246)))
+    # one hop: the rest by score (run 0)
+    assert torch.equal(select_with_hops(scores, runs, 0.2, ids, hops=1), rows((0, 32), (48, 64), (126, 142)))
 
 
 def test_tokens_in_many_runs_link_nothing():
     ids, runs, scores = chain_prompt()
-    ids[ids == 101] = COMMON  # the chain's second name is now in every run: no second hop
-    ids[torch.arange(40) % 4 == 1] = 300  # nor do the runs' own words, now shared by all
-    assert chosen_runs(select_with_hops(scores, runs, 0.4, ids, hops=2), runs) == [0, 1, 3, 5]
+    ids[torch.arange(320) % 16 == 15] = 101  # the chain's second name is now in every run: no second hop
+    assert torch.equal(select_with_hops(scores, runs, 0.2, ids, hops=2), rows((0, 32), (48, 64), (126, 142)))
 
 
 def test_budget_and_edge_cases():
     ids, runs, scores = chain_prompt()
-    full = select_with_hops(scores, runs, 1.0, ids, hops=3)
-    assert full.all()  # every run: the recipe is full at 100%
+    assert select_with_hops(scores, runs, 1.0, ids, hops=3).all()  # every run: the recipe is full at 100%
     assert not select_with_hops(scores, [], 0.5, ids, hops=2).any()
     assert torch.equal(select_with_hops(scores, runs, 0.3, ids, hops=0), select_spans(scores, runs, 0.3))
-    for ratio in (0.05, 0.2, 0.5):
+    for ratio in (0.01, 0.1, 0.2, 0.5):
+        budget = -(-ratio * 320 // 1)
         got = int(select_with_hops(scores, runs, ratio, ids, hops=2).sum())
-        assert -(-ratio * 40 // 1) <= got < -(-ratio * 40 // 1) + 4  # the budget, plus at most one run's overshoot
+        assert budget <= got < budget + 16  # the budget, plus at most one run's or window's overshoot
 
 
 def test_hops_change_the_rows_a_partial_link_repairs():

@@ -4,13 +4,14 @@ The question's attention finds the runs it reads directly, but not the runs *tho
 depend on in other chunks: in a chain ``VAR A = 12345`` ... ``VAR B = VAR A`` ... the question
 names the value, so its probe points at the first link and never at ``VAR B = VAR A``, whose
 KV, compiled without the chunk that defines ``A``, is the one that needs repair
-(docs/ARCHITECTURE.md §4.2, "connecting the hops"). A run that shares a *rare* token with a
+(docs/ARCHITECTURE.md §4.9). A run that shares a *rare* token with a
 chosen run (a name, an id, a code: a token few runs of the prompt hold) is where such a
 dependency lives, so selection goes:
 
 1. **seeds**: the best-scored runs, until they cover half the budget;
-2. **hops** (``n`` rounds): the runs not yet chosen that share a rare token with the runs the
-   previous round added, most shared tokens first, then by score, while budget remains;
+2. **hops** (``n`` rounds): around every occurrence, outside what is chosen, of a rare token
+   of what the previous round added, a window of :data:`WINDOW` tokens; windows holding the
+   most such tokens first, then by score, while budget remains;
 3. **fill**: the rest of the budget by score, as plain selection does.
 
 A token is rare when at most :data:`RARE_RUNS` runs of the prompt contain it. Everything is
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["RARE_RUNS", "SEED_SHARE", "select_with_hops"]
+__all__ = ["RARE_RUNS", "SEED_SHARE", "WINDOW", "select_with_hops"]
 
 RARE_RUNS = 3
 """A token held by at most this many runs links them (a 4-hop chain names each variable in
@@ -34,27 +35,31 @@ two runs; words of the filler text are in many)."""
 SEED_SHARE = 0.5
 """Share of the budget the question's own best runs take before the hops."""
 
+WINDOW = 16
+"""Tokens a hop repairs around each occurrence of a rare token (as many as a run)."""
 
-def _take(order: Sequence[int], runs: Sequence[tuple[int, int]], chosen: list[bool], budget: int,
-          covered: int) -> tuple[int, list[int]]:
-    added = []
+
+def _take(order: Sequence[int], runs: Sequence[tuple[int, int]], mask: torch.Tensor, budget: int,
+          covered: int) -> int:
+    """Add whole runs in ``order`` to ``mask`` until ``covered`` (tokens) reaches ``budget``."""
     for i in order:
         if covered >= budget:
             break
-        if not chosen[i]:
-            chosen[i] = True
-            covered += runs[i][1] - runs[i][0]
-            added.append(i)
-    return covered, added
+        a, b = runs[i]
+        covered += int((~mask[a:b]).sum())
+        mask[a:b] = True
+    return covered
 
 
 def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: float, ids: torch.Tensor,
                      hops: int) -> torch.Tensor:
-    """``(N,)`` bool on the CPU: seeds by score, then ``hops`` rounds of runs that share a rare
-    token with the last round's, then the rest of ``ratio`` of the run tokens by score.
+    """``(N,)`` bool on the CPU: seeds by score, then ``hops`` rounds of windows around the
+    occurrences of the last round's rare tokens, then the rest of ``ratio`` of the run tokens by score.
 
     ``scores``: ``(N,)`` fp32 CPU attention per prompt token; ``runs``: ``[start, end)`` of each
-    run; ``ids``: the prompt's ``(N,)`` host token ids. Ties keep the earlier run.
+    run; ``ids``: the prompt's ``(N,)`` host token ids. A hop window is the :data:`WINDOW`
+    run tokens centred on an occurrence (a link such as ``VAR B = VAR A`` may straddle two
+    runs: the window keeps it whole). Ties keep the earlier run / position.
     """
     mask = torch.zeros(scores.numel(), dtype=torch.bool)
     if not runs:
@@ -63,28 +68,41 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     csum = torch.cat((scores.new_zeros(1), scores.double().cumsum(0)))
     weight = [float(csum[b] - csum[a]) for a, b in runs]
     by_score = sorted(range(len(runs)), key=lambda i: -weight[i])  # stable: ties keep the earlier run
-    tokens = [set(ids[a:b].tolist()) for a, b in runs]
-    holders: dict[int, list[int]] = {}
-    for i, toks in enumerate(tokens):
-        for t in toks:
-            holders.setdefault(t, []).append(i)
-    rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
-
-    chosen = [False] * len(runs)
-    covered, frontier = _take(by_score, runs, chosen, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
-    for _ in range(hops):
-        shared: dict[int, int] = {}
-        for i in frontier:
-            for t in tokens[i] & rare:
-                for j in holders[t]:
-                    if not chosen[j]:
-                        shared[j] = shared.get(j, 0) + 1
-        if not shared:
-            break
-        order = sorted(shared, key=lambda j: (-shared[j], -weight[j], j))
-        covered, frontier = _take(order, runs, chosen, budget, covered)
-    _take(by_score, runs, chosen, budget, covered)
+    in_run = torch.zeros_like(mask)
+    holders: dict[int, set[int]] = {}
     for i, (a, b) in enumerate(runs):
-        if chosen[i]:
-            mask[a:b] = True
+        in_run[a:b] = True
+        for t in ids[a:b].tolist():
+            holders.setdefault(t, set()).add(i)
+    rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
+    where: dict[int, list[int]] = {}
+    for p in in_run.nonzero().squeeze(1).tolist():
+        if int(ids[p]) in rare:
+            where.setdefault(int(ids[p]), []).append(p)
+
+    covered = _take(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
+    fresh = mask.clone()
+    for _ in range(hops):
+        if covered >= budget:
+            break
+        frontier = {int(t) for t in ids[fresh].tolist()} & rare
+        windows = []  # (centre, start, end, frontier tokens inside)
+        for t in frontier:
+            for p in where[t]:
+                if not mask[p]:
+                    a, b = max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2)
+                    windows.append((p, a, b, len(set(ids[a:b].tolist()) & frontier)))
+        if not windows:
+            break
+        fresh = torch.zeros_like(mask)
+        for p, a, b, _ in sorted(windows, key=lambda w: (-w[3], -float(csum[w[2]] - csum[w[1]]), w[0])):
+            if covered >= budget:
+                break
+            if mask[p]:  # an earlier window of this round took it
+                continue
+            new = in_run[a:b] & ~mask[a:b]
+            covered += int(new.sum())
+            mask[a:b] |= new
+            fresh[a:b] |= new
+    _take(by_score, runs, mask, budget, covered)
     return mask

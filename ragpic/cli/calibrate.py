@@ -1,0 +1,80 @@
+"""``ragpic calibrate``: arguments, checks and the command (:mod:`ragpic.eval.calibrate` does the work).
+
+Every argument is checked before the model loads; torch is imported only by the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ragpic.checks import check_number
+from ragpic.cli.eval import _check_common, _load, _progress, _write_json, add_model_args
+from ragpic.cli.ruler import TASK_NAMES, _task_list
+from ragpic.cmdline import at_least, csv_of, method_list
+from ragpic.errors import ConfigError, UsageError
+
+DESCRIPTION = """Measure, once per model, how much of full's accuracy each link recipe keeps and
+how much faster it links, so that method="auto" can pick per model.
+
+The calibration set: RULER-style prompts (every task, --lengths, --samples each) from a seed
+no evaluation uses, plus the first --musique questions of the bundled MuSiQue sample. full
+and every recipe link the same ids side by side; per task a recipe's share is its mean
+score over full's, and its speed-up the median of full's link time over its own. The result
+is written beside the converted models, keyed by the model's fingerprint (its weights,
+weight format, dtype and tokenizer: load the model the same way to use it), and
+Config(method="auto", fidelity=0.97) then links with the fastest recipe that keeps the
+fidelity on every task full can do (full scores >= 0.5 there). The table printed at the end
+shows what auto picks. About 15 minutes for Qwen2.5-Coder-0.5B on 2 CPU cores."""
+
+DEFAULT_RECIPES = "legolink-16,qp-5,qp-10,qp-10-h4,qr-5,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
+
+
+def _fidelity(text: str) -> float:
+    try:
+        return check_number("--fidelity", float(text), "a share of full's score in (0, 1], e.g. 0.97",
+                            lambda v: 0 < v <= 1)
+    except (ValueError, ConfigError) as e:
+        raise argparse.ArgumentTypeError(str(e) if isinstance(e, ConfigError) else f"not a number: {text!r}") from None
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure each link recipe's share of full on a model, for method=auto",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipes", type=method_list(), default=DEFAULT_RECIPES.split(","),
+                   help=f"comma list of link methods to calibrate (default: {DEFAULT_RECIPES})")
+    p.add_argument("--tasks", type=_task_list, default=list(TASK_NAMES),
+                   help=f"RULER tasks (default: all: {','.join(TASK_NAMES)})")
+    p.add_argument("--lengths", type=csv_of(at_least(1024)), default=[2048],
+                   help="prompt lengths in tokens (default: 2048)")
+    p.add_argument("--samples", type=at_least(1), default=2, help="prompts per task and length (default: 2)")
+    p.add_argument("--musique", type=at_least(0), default=8,
+                   help="bundled MuSiQue questions in the set (default: 8; 0: none)")
+    p.add_argument("--fidelity", type=_fidelity, default=0.97,
+                   help="the share of full's score the table's 'auto picks' line holds recipes to (default: 0.97)")
+    p.add_argument("--dir", default=None, metavar="FOLDER",
+                   help="where calibrations live (default: the ragpic cache folder, where auto looks)")
+    add_model_args(p)
+    p.set_defaults(func=cmd_calibrate, check=check_calibrate, plot=None)
+
+
+def check_calibrate(args) -> None:
+    _check_common(args)
+    if not args.recipes or all(r.lower() == "full" for r in args.recipes):
+        raise UsageError("--recipes: list at least one method other than full (full is always run, as the reference)")
+
+
+def cmd_calibrate(args) -> int:
+    from ragpic.engine.calibration import save_calibration
+    from ragpic.eval.calibrate import format_calibration, run_calibration
+
+    lm = _load(args)
+    cal = run_calibration(lm, recipes=args.recipes, tasks=args.tasks, lengths=args.lengths, samples=args.samples,
+                          musique=args.musique, progress=_progress(args))
+    print(format_calibration(cal, args.fidelity))
+    path = save_calibration(cal, args.dir)
+    print(f"wrote {path}", file=sys.stderr)
+    _write_json(args.json_out, {"calibration": str(path), "fingerprint": cal.fingerprint, "full_scores": cal.full_scores,
+                                "recipes": [{"method": r.method, "shares": r.shares, "speedup": r.speedup}
+                                            for r in cal.recipes], "setup": cal.setup})
+    return 0

@@ -1,0 +1,91 @@
+"""``ragpic calibrate``: measure each link recipe's share of ``full`` on one model, once, for ``auto``.
+
+The calibration set is RULER-style prompts (:mod:`ragpic.eval.ruler_tasks`) generated from
+:data:`CALIBRATION_SEED`, a seed no evaluation uses, plus the first questions of the bundled
+MuSiQue sample. Every recipe links the same ids as ``full``, side by side in one run, so its
+speed-up is measured against ``full`` on the same prompts and machine. Per task the score is
+RULER's (share of expected values found) or MuSiQue's gold F1; a recipe's share is its mean
+over the task's prompts divided by ``full``'s. The result is written beside the converted
+models, keyed by the model's fingerprint (:func:`ragpic.engine.calibration.save_calibration`),
+where ``Config(method="auto")`` finds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ragpic.core.model import LoadedModel
+from ragpic.engine.calibration import Calibration, RecipeScore, choose
+from ragpic.eval import scoring
+from ragpic.eval.data import QAExample, default_dataset, default_haystack, load_qa
+from ragpic.eval.evaluate import evaluate_qa
+from ragpic.eval.ruler import run_ruler
+from ragpic.eval.ruler_tasks import TASKS
+
+__all__ = ["CALIBRATION_SEED", "DEFAULT_RECIPES", "format_calibration", "run_calibration"]
+
+CALIBRATION_SEED = 20261204
+"""RULER prompts of the calibration set: the evaluations use seed 0 (and the held-out
+re-checks seeds of their own, none of them this one)."""
+
+DEFAULT_RECIPES = ("legolink-16", "qp-5", "qp-10", "qp-10-h4", "qr-5", "qr-10")
+"""The fast default, the one-pass probe at two budgets (and with hops), the two-pass form."""
+
+
+def _shares(full: Sequence[float], mine: Sequence[float]) -> float | None:
+    f = scoring.mean(full)
+    return None if f == 0 else scoring.mean(mine) / f
+
+
+def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES,
+                    tasks: Sequence[str] | None = None, lengths: Sequence[int] = (2048,), samples: int = 2,
+                    musique: int = 8, seed: int = CALIBRATION_SEED, qa: Sequence[QAExample] | None = None,
+                    max_new_tokens: int | None = None, chunk_tokens: int = 512,
+                    progress: Callable[[str], None] | None = None) -> Calibration:
+    """Run the calibration set with ``full`` and every recipe; returns the :class:`Calibration`.
+
+    ``musique``: how many of the bundled MuSiQue questions (0: none); ``qa``: other QA examples
+    instead (task ``qa``); ``max_new_tokens``: every answer's budget (default: each task's own);
+    ``chunk_tokens``: the RULER prompts' chunk size.
+    """
+    recipes = [r for r in dict.fromkeys(recipes) if r != "full"]
+    methods = ["full", *recipes]
+    tasks = list(tasks or TASKS)
+    ruler = run_ruler(lm, default_haystack(), tasks=tasks, lengths=lengths, samples=samples, seed=seed,
+                      methods=methods, chunk_tokens=chunk_tokens, max_new_tokens=max_new_tokens, progress=progress)
+    scores = {t: {m: [r["methods"][m]["score"] for r in ruler["samples"] if r["task"] == t] for m in methods}
+              for t in tasks}
+    times = {m: [r["methods"][m]["ttft_s"] for r in ruler["samples"]] for m in methods}
+    examples = qa if qa is not None else load_qa(default_dataset(), limit=musique) if musique else []
+    if examples:
+        report = evaluate_qa(lm, examples, methods, progress=progress,
+                             **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}))
+        name = "qa" if qa is not None else "musique"
+        scores[name] = {m: [q["methods"][m]["f1"] for q in report.questions] for m in methods}
+        for m in methods:
+            times[m] += [q["methods"][m]["ttft_s"] for q in report.questions]
+    speedup = {m: scoring.median([f / t for f, t in zip(times["full"], times[m])]) for m in recipes}
+    return Calibration(
+        fingerprint=lm.fingerprint, model=lm.name,
+        full_scores={t: scoring.mean(s["full"]) for t, s in scores.items()},
+        recipes=[RecipeScore(m, {t: _shares(s["full"], s[m]) for t, s in scores.items()}, speedup[m]) for m in recipes],
+        setup={"seed": seed, "tasks": tasks, "lengths": list(lengths), "samples": samples,
+               "qa": len(examples), "qa_set": "given" if qa is not None else "musique",
+               "dtype": str(lm.dtype), "device": str(lm.device)},
+    )
+
+
+def format_calibration(cal: Calibration, fidelity: float) -> str:
+    """One row per recipe: share of ``full`` per task (``*``: a task ``full`` can do), worst share, speed-up;
+    then what ``auto`` picks at ``fidelity``."""
+    tasks = list(cal.full_scores)
+    can = set(cal.tasks_full_can_do())
+    head = f"{'recipe':<16}" + "".join(f"{t + ('*' if t in can else ''):>17}" for t in tasks) + f"{'worst*':>8}{'speed-up':>10}"
+    lines = [head, "-" * len(head),
+             f"{'full (score)':<16}" + "".join(f"{cal.full_scores[t]:>17.2f}" for t in tasks) + f"{'':>8}{1.0:>9.1f}x"]
+    for r in cal.recipes:
+        cells = "".join(f"{'-' if r.shares.get(t) is None else format(r.shares[t], '.0%'):>17}" for t in tasks)
+        lines.append(f"{r.method:<16}{cells}{cal.worst_share(r):>8.0%}{r.speedup:>9.1f}x")
+    lines += ["-" * len(head), "* a task full can do (full scores >= 0.5 there): the shares auto is held to",
+              choose(cal, fidelity).reason + f" [fidelity {fidelity}]"]
+    return "\n".join(lines)

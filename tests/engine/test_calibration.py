@@ -1,0 +1,120 @@
+"""``method="auto"`` and ``ragpic calibrate`` (:mod:`ragpic.engine.calibration`, :mod:`ragpic.eval.calibrate`)
+on tiny random models and hand-made calibrations."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from ragpic import Config, RagPic
+from ragpic.core.link import linker_for
+from ragpic.core.methods import parse_method
+from ragpic.engine.calibration import (FALLBACK, Calibration, RecipeScore, calibration_path, choose,
+                                       load_calibration, save_calibration)
+from ragpic.errors import ConfigError, LinkError
+from tiny import tiny_lm
+
+FP = "llama:float32:0123abcd:4567ef89"
+
+
+def calibration(fp: str = FP) -> Calibration:
+    """full does vt and niah but not cwe; qp-10 keeps 98% everywhere at 8x, legolink-16 90% at 20x,
+    qr-10 100% at 4x."""
+    full = {"vt": 0.9, "niah": 1.0, "cwe": 0.2}
+    return Calibration(fp, "tiny", full, [
+        RecipeScore("legolink-16", {"vt": 0.90, "niah": 1.0, "cwe": 0.0}, 20.0),
+        RecipeScore("qp-10", {"vt": 0.98, "niah": 0.99, "cwe": 0.5}, 8.0),
+        RecipeScore("qr-10", {"vt": 1.0, "niah": 1.0, "cwe": None}, 4.0),
+    ], {"seed": 1})
+
+
+def test_auto_picks_the_fastest_recipe_that_keeps_the_fidelity_on_every_task_full_can_do():
+    cal = calibration()
+    assert cal.tasks_full_can_do() == ["vt", "niah"]  # cwe's shares do not count
+    assert choose(cal, 0.97).method.name == "qp-10"
+    assert choose(cal, 0.99).method.name == "qr-10"
+    assert choose(cal, 0.9).method.name == "legolink-16"
+    picked = choose(cal, 0.97, runnable=("legolink", "qr"))  # this model cannot run qp
+    assert picked.method.name == "qr-10" and picked.calibrated
+    closest = choose(Calibration(FP, "t", {"vt": 1.0}, [RecipeScore("legolink-16", {"vt": 0.5}, 20.0),
+                                                        RecipeScore("qp-5", {"vt": 0.8}, 9.0)]), 0.97)
+    assert closest.method.name == "qp-5" and "no calibrated recipe keeps 97%" in closest.reason
+    assert "method='full'" in closest.reason
+    fallback = choose(None, 0.97)
+    assert fallback.method.name == FALLBACK and not fallback.calibrated and "ragpic calibrate" in fallback.reason
+
+
+def test_a_calibration_round_trips_and_is_read_as_checked_data(tmp_path):
+    path = save_calibration(calibration(), tmp_path)
+    assert path == calibration_path(FP, tmp_path) and path.parent == tmp_path / "calibration"
+    assert ":" not in path.name and path.suffix == ".json"
+    assert load_calibration(FP, tmp_path) == calibration()
+    assert load_calibration("other:fp", tmp_path) is None  # another model: none of its own
+    raw = json.loads(path.read_text())
+    for bad, words in [({**raw, "fingerprint": "x"}, "calibrates 'x'"),
+                       ({**raw, "version": 99}, "version-1"),
+                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "__import__('os')"}]}, "unknown link method"),
+                       ({**raw, "recipes": [{**raw["recipes"][0], "speedup": "fast"}]}, "recipes[0].speedup"),
+                       ({**raw, "recipes": []}, "no recipes")]:
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match="ragpic calibrate") as err:
+            load_calibration(FP, tmp_path)
+        assert str(path) in str(err.value) and words in str(err.value)
+    path.write_bytes(b"\x80not json")
+    with pytest.raises(ConfigError, match="unusable"):
+        load_calibration(FP, tmp_path)
+
+
+def test_fidelity_and_auto_are_checked_where_they_are_given():
+    for bad in (0, 1.5, "0.9", float("nan"), True):
+        with pytest.raises(ConfigError, match="fidelity"):
+            Config(fidelity=bad)
+    assert Config(method="auto").method == "auto" and parse_method("AUTO").name == "auto"
+    with pytest.raises(LinkError, match="Engine"):
+        linker_for("auto")
+    with pytest.raises(ConfigError, match="resolved"):
+        parse_method("auto").recipe
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGPIC_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _engine(tmp_path, **config):
+    lm = tiny_lm("llama", num_hidden_layers=3)
+    lm.model.generation_config.eos_token_id = None
+    return RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=4, **config), lm=lm)
+
+
+PASSAGES = ["the quick brown fox jumps over the lazy dog near the park.", "answer: eat a sandwich and sit in the sun."]
+PROMPT = "passages:\n" + "\n\n".join(PASSAGES) + "\n\nquestion: what is the best thing to do?"
+
+
+def test_auto_without_a_calibration_links_with_the_fallback_and_says_so_once(tmp_path, home, caplog):
+    engine = _engine(tmp_path, method="auto")
+    with caplog.at_level(logging.INFO, logger="ragpic.engine"):
+        a = engine.generate(PROMPT, hints=PASSAGES)
+        b = engine.generate(PROMPT, hints=PASSAGES, method="auto")
+    said = [r for r in caplog.records if "auto:" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING and FALLBACK in said[0].getMessage()
+    explicit = engine.generate(PROMPT, hints=PASSAGES, method=FALLBACK)
+    assert a.method == b.method == FALLBACK and a.token_ids == b.token_ids == explicit.token_ids
+
+
+def test_auto_links_with_the_models_calibrated_choice(tmp_path, home, caplog):
+    engine = _engine(tmp_path, method="auto", fidelity=0.97)
+    cal = calibration(engine.lm.fingerprint)
+    save_calibration(cal, home)
+    with caplog.at_level(logging.INFO, logger="ragpic.engine"):
+        g = engine.generate(PROMPT, hints=PASSAGES)
+    assert engine.auto_choice().method.name == g.method == "qp-10"
+    assert any(r.levelno == logging.INFO and "qp-10 is the fastest" in r.getMessage() for r in caplog.records)
+    assert g.token_ids == engine.generate(PROMPT, hints=PASSAGES, method="qp-10").token_ids
+    # the chunks are stored under the recipe auto resolved to
+    assert engine.chunk_key(PASSAGES[0], "auto") == engine.chunk_key(PASSAGES[0], "qp-10")
+    strict = _engine(tmp_path, method="auto", fidelity=1.0)  # only qr-10 keeps 100%: slower, chosen
+    assert strict.method_of().name == "qr-10"
