@@ -59,8 +59,8 @@ ALLOWED = {
     "ragpic.engine.prompting": ("ragpic.checks", "ragpic.errors"),
     "ragpic.engine.segmenting": ("ragpic.core", "ragpic.checks", "ragpic.errors", "ragpic.engine.generation",
                                  "ragpic.engine.prompting"),
-    "ragpic.engine": ("ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.errors",
-                      "ragpic.checks"),
+    "ragpic.engine": ("ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.paths",
+                      "ragpic.errors", "ragpic.checks"),  # paths: where a model's calibration lives
     # the evaluations and the server run the engine's request; of the core they name types only
     # (test_serve_and_eval_take_only_types_from_the_core)
     "ragpic.eval": ("ragpic.eval", "ragpic.engine", "ragpic.core", "ragpic.cache", "ragpic.config", "ragpic.paths",
