@@ -14,12 +14,13 @@ from tiny import tiny_lm
 
 
 def chain_prompt() -> tuple[torch.Tensor, list[tuple[int, int]], torch.Tensor]:
-    """Twenty 16-token runs of filler (8 tokens, each in every run); a chain 100 -> 101 -> 102:
-    100 in run 1 (what the question asks) and at 134, 101 at 136 and 238, 102 at 241, so the
-    last link straddles runs 14 and 15."""
+    """Twenty 16-token runs of filler (8 tokens, each in every run); a chain of two-token names
+    A = (100, 110) -> B = (101, 111) -> C = (102, 112): A in run 1 (what the question asks) and
+    at 134, B at 136 and 237, C at 241, so the last link straddles runs 14 and 15."""
     runs = [(16 * i, 16 * i + 16) for i in range(20)]
     ids = 1000 + torch.arange(320) % 8
-    ids[20], ids[134], ids[136], ids[238], ids[241] = 100, 100, 101, 101, 102
+    for at, name in ((20, (100, 110)), (134, (100, 110)), (136, (101, 111)), (237, (101, 111)), (241, (102, 112))):
+        ids[at:at + 2] = torch.tensor(name)
     scores = torch.full((320,), 0.01)
     scores[16:32] = 1.0  # the question reads run 1
     scores[48:64] = 0.5  # and, less, run 3 (filler)
@@ -36,17 +37,21 @@ def rows(*spans: tuple[int, int]) -> torch.Tensor:
 def test_hops_follow_the_chain_that_scores_alone_miss():
     ids, runs, scores = chain_prompt()
     assert torch.equal(select_spans(scores, runs, 0.2), rows((0, 64)))  # by score: runs 1, 3, then 0 and 2
-    # budget 64: seeds runs 1 and 3 (half), hop 1 -> a window around 134 (100), hop 2 -> around 238 (101),
+    # budget 64: seeds runs 1 and 3 (half), hop 1 -> a window around 134 (A), hop 2 -> around 237 (B),
     # which keeps the link that straddles runs 14 and 15 whole
-    assert torch.equal(select_with_hops(scores, runs, 0.2, ids, hops=2), rows((16, 32), (48, 64), (126, 142), (230, 246)))
+    assert torch.equal(select_with_hops(scores, runs, 0.2, ids, hops=2), rows((16, 32), (48, 64), (126, 142), (229, 245)))
     # one hop: the rest by score (run 0)
     assert torch.equal(select_with_hops(scores, runs, 0.2, ids, hops=1), rows((0, 32), (48, 64), (126, 142)))
 
 
-def test_tokens_in_many_runs_link_nothing():
+def test_tokens_in_many_runs_or_one_shared_token_link_nothing():
     ids, runs, scores = chain_prompt()
-    ids[torch.arange(320) % 16 == 15] = 101  # the chain's second name is now in every run: no second hop
-    assert torch.equal(select_with_hops(scores, runs, 0.2, ids, hops=2), rows((0, 32), (48, 64), (126, 142)))
+    common = ids.clone()
+    common[torch.arange(320) % 16 == 14], common[torch.arange(320) % 16 == 15] = 101, 111  # B is in every run
+    assert torch.equal(select_with_hops(scores, runs, 0.2, common, hops=2), rows((0, 32), (48, 64), (126, 142)))
+    chance = ids.clone()
+    chance[137] = 1000 + 137 % 8  # B's second token gone: one shared rare token (101) is chance, not a link
+    assert torch.equal(select_with_hops(scores, runs, 0.2, chance, hops=2), rows((0, 32), (48, 64), (126, 142)))
 
 
 def test_budget_and_edge_cases():

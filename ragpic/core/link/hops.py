@@ -10,8 +10,9 @@ dependency lives, so selection goes:
 
 1. **seeds**: the best-scored runs, until they cover half the budget;
 2. **hops** (``n`` rounds): around every occurrence, outside what is chosen, of a rare token
-   of what the previous round added, a window of :data:`WINDOW` tokens; windows holding the
-   most such tokens first, then by score, while budget remains;
+   of what the previous round added, a window of :data:`WINDOW` tokens, kept when it holds at
+   least :data:`MIN_SHARED` of those tokens; the windows holding the most first, then by
+   score, while budget remains;
 3. **fill**: the rest of the budget by score, as plain selection does.
 
 A token is rare when at most :data:`RARE_RUNS` runs of the prompt contain it. Everything is
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["RARE_RUNS", "SEED_SHARE", "WINDOW", "select_with_hops"]
+__all__ = ["MIN_SHARED", "RARE_RUNS", "SEED_SHARE", "WINDOW", "select_with_hops"]
 
 RARE_RUNS = 3
 """A token held by at most this many runs links them (a 4-hop chain names each variable in
@@ -37,6 +38,10 @@ SEED_SHARE = 0.5
 
 WINDOW = 16
 """Tokens a hop repairs around each occurrence of a rare token (as many as a run)."""
+
+MIN_SHARED = 2
+"""Rare tokens a hop window must share with the last round: a name or id is split into
+several tokens, and one shared rare word is most often chance (a filler word in two places)."""
 
 
 def _take(order: Sequence[int], runs: Sequence[tuple[int, int]], mask: torch.Tensor, budget: int,
@@ -91,7 +96,9 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
             for p in where[t]:
                 if not mask[p]:
                     a, b = max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2)
-                    windows.append((p, a, b, len(set(ids[a:b].tolist()) & frontier)))
+                    shared = len(set(ids[a:b].tolist()) & frontier)
+                    if shared >= MIN_SHARED:
+                        windows.append((p, a, b, shared))
         if not windows:
             break
         fresh = torch.zeros_like(mask)
