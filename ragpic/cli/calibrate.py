@@ -18,7 +18,8 @@ DESCRIPTION = """Measure, once per model, how much of full's accuracy each link 
 how much faster it links, so that method="auto" can pick per model.
 
 The calibration set: RULER-style prompts (every task, --lengths, --samples each) from a seed
-no evaluation uses, plus the first --musique questions of the bundled MuSiQue sample. full
+no evaluation uses, plus the first --musique questions of the bundled MuSiQue sample
+(passages cut to 192 tokens, as in the documented `ragpic eval` run). full
 and every recipe link the same ids side by side; per task a recipe's share is its mean
 score over full's, and its speed-up the median of full's link time over its own. The result
 is written beside the converted models, keyed by the model's fingerprint (its weights,

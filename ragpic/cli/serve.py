@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--model-id", default=None, help="name clients pass as model (default: the model's name)")
     p.add_argument("--store", default=None, help="KV store: a folder or redis://host:port/db "
                                                  "(default: <ragpic cache dir>/serve/kv)")
-    p.add_argument("--method", type=method_name, default="legolink-16", help="link method (default legolink-16)")
+    p.add_argument("--method", type=method_name, default="legolink-16", help="link method (default legolink-16; auto: the model's calibrated choice, `ragpic calibrate`)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=at_least(0), default=8000, help="port (default 8000)")
     p.add_argument("--api-key", action="append", default=None,
@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
                              body_timeout=args.body_timeout or None, docs=args.docs,
                              max_compile_tokens=args.max_compile_tokens or None)
     app = create_app(engine, settings)
-    print(f"ragpic serve: {settings.model_id} ({args.method}) on http://{args.host}:{args.port}/v1", flush=True)
+    method = engine.method_of().name + (" = auto" if args.method.lower() == "auto" else "")
+    print(f"ragpic serve: {settings.model_id} ({method}) on http://{args.host}:{args.port}/v1", flush=True)
     http = protocol_with_header_timeout(args.header_timeout) if args.header_timeout else "h11"
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=http,
                             timeout_graceful_shutdown=5)

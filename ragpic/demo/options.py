@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="KV store instead of <index>/kv: a folder or redis://host:port/0")
     p.add_argument("--method", type=method_name, default="legolink-16",
                    help="link method compared with full (legolink-<k>, legolink-0, naive, cacheblend-<r>, qr-<r>, "
-                   "qp-<r>)")
+                   "qp-<r>, auto)")
     p.add_argument("--top-k", type=at_least(1), default=4, help="chunks retrieved per question (>= 1)")
     p.add_argument("--chunk-tokens", type=at_least(64), default=512, help="chunk size at ingest, in model tokens")
     p.add_argument("--max-new-tokens", type=at_least(1), default=32, help="answer length limit")

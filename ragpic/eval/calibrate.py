@@ -2,8 +2,9 @@
 
 The calibration set is RULER-style prompts (:mod:`ragpic.eval.ruler_tasks`) generated from
 :data:`CALIBRATION_SEED`, a seed no evaluation uses, plus the first questions of the bundled
-MuSiQue sample. Every recipe links the same ids as ``full``, side by side in one run, so its
-speed-up is measured against ``full`` on the same prompts and machine. Per task the score is
+MuSiQue sample (passages cut to 192 tokens, as the documented ``ragpic eval`` run does). Every
+recipe links the same ids as ``full``, side by side in one run, so its speed-up is measured
+against ``full`` on the same prompts and machine. Per task the score is
 RULER's (share of expected values found) or MuSiQue's gold F1; a recipe's share is its mean
 over the task's prompts divided by ``full``'s. The result is written beside the converted
 models, keyed by the model's fingerprint (:func:`ragpic.engine.calibration.save_calibration`),
@@ -40,13 +41,15 @@ def _shares(full: Sequence[float], mine: Sequence[float]) -> float | None:
 def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES,
                     tasks: Sequence[str] | None = None, lengths: Sequence[int] = (2048,), samples: int = 2,
                     musique: int = 8, seed: int = CALIBRATION_SEED, qa: Sequence[QAExample] | None = None,
-                    max_new_tokens: int | None = None, chunk_tokens: int = 512,
+                    max_new_tokens: int | None = None, chunk_tokens: int = 512, passage_tokens: int | None = 192,
                     progress: Callable[[str], None] | None = None) -> Calibration:
     """Run the calibration set with ``full`` and every recipe; returns the :class:`Calibration`.
 
     ``musique``: how many of the bundled MuSiQue questions (0: none); ``qa``: other QA examples
     instead (task ``qa``); ``max_new_tokens``: every answer's budget (default: each task's own);
-    ``chunk_tokens``: the RULER prompts' chunk size.
+    ``chunk_tokens``: the RULER prompts' chunk size; ``passage_tokens``: each QA passage cut to
+    this many tokens (192: the documented ``ragpic eval`` run's ~2k-token prompts; ``None``: whole,
+    ~6k tokens and 3x the time).
     """
     recipes = [r for r in dict.fromkeys(recipes) if r != "full"]
     methods = ["full", *recipes]
@@ -58,7 +61,7 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     times = {m: [r["methods"][m]["ttft_s"] for r in ruler["samples"]] for m in methods}
     examples = qa if qa is not None else load_qa(default_dataset(), limit=musique) if musique else []
     if examples:
-        report = evaluate_qa(lm, examples, methods, progress=progress,
+        report = evaluate_qa(lm, examples, methods, passage_tokens=passage_tokens, progress=progress,
                              **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}))
         name = "qa" if qa is not None else "musique"
         scores[name] = {m: [q["methods"][m]["f1"] for q in report.questions] for m in methods}
@@ -70,7 +73,7 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
         full_scores={t: scoring.mean(s["full"]) for t, s in scores.items()},
         recipes=[RecipeScore(m, {t: _shares(s["full"], s[m]) for t, s in scores.items()}, speedup[m]) for m in recipes],
         setup={"seed": seed, "tasks": tasks, "lengths": list(lengths), "samples": samples,
-               "qa": len(examples), "qa_set": "given" if qa is not None else "musique",
+               "qa": len(examples), "qa_set": "given" if qa is not None else "musique", "passage_tokens": passage_tokens,
                "dtype": str(lm.dtype), "device": str(lm.device)},
     )
 
