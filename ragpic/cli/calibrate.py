@@ -26,9 +26,9 @@ is written beside the converted models, keyed by the model's fingerprint (its we
 weight format, dtype and tokenizer: load the model the same way to use it), and
 Config(method="auto", fidelity=0.97) then links with the fastest recipe that keeps the
 fidelity on every task full can do (full scores >= 0.5 there). The table printed at the end
-shows what auto picks. About 15 minutes for Qwen2.5-Coder-0.5B on 2 CPU cores."""
+shows what auto picks. About 19 minutes for Qwen2.5-Coder-0.5B on 2 CPU cores (fp32)."""
 
-DEFAULT_RECIPES = "legolink-16,qp-5,qp-10,qp-10-h4,qr-5,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
+DEFAULT_RECIPES = "legolink-16,qp-5,qp-10,qp-10-h4,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
 
 
 def _fidelity(text: str) -> float:
