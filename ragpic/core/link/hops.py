@@ -73,30 +73,32 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     csum = torch.cat((scores.new_zeros(1), scores.double().cumsum(0)))
     weight = [float(csum[b] - csum[a]) for a, b in runs]
     by_score = sorted(range(len(runs)), key=lambda i: -weight[i])  # stable: ties keep the earlier run
+    tokens = ids.tolist()  # read per position below: one host list, not a tensor index each time
     in_run = torch.zeros_like(mask)
     holders: dict[int, set[int]] = {}
     for i, (a, b) in enumerate(runs):
         in_run[a:b] = True
-        for t in ids[a:b].tolist():
+        for t in tokens[a:b]:
             holders.setdefault(t, set()).add(i)
     rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
     where: dict[int, list[int]] = {}
-    for p in in_run.nonzero().squeeze(1).tolist():
-        if int(ids[p]) in rare:
-            where.setdefault(int(ids[p]), []).append(p)
+    for a, b in runs:
+        for p in range(a, b):
+            if tokens[p] in rare:
+                where.setdefault(tokens[p], []).append(p)
 
     covered = _take(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
     fresh = mask.clone()
     for _ in range(hops):
         if covered >= budget:
             break
-        frontier = {int(t) for t in ids[fresh].tolist()} & rare
+        frontier = set(ids[fresh].tolist()) & rare
         windows = []  # (centre, start, end, frontier tokens inside)
         for t in frontier:
             for p in where[t]:
                 if not mask[p]:
                     a, b = max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2)
-                    shared = len(set(ids[a:b].tolist()) & frontier)
+                    shared = len(set(tokens[a:b]) & frontier)
                     if shared >= MIN_SHARED:
                         windows.append((p, a, b, shared))
         if not windows:
