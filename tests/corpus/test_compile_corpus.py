@@ -167,10 +167,8 @@ def test_the_demo_finds_every_chunk_compile_stored(model, corpus, tmp_path, embe
 
 
 def test_dicts_and_strings_are_documents_checked_as_jsonl_lines_are():
-    from ragpic.corpus.sources import doc_from
+    from ragpic.corpus.sources import doc_from, parse_jsonl_line
     from ragpic.errors import UsageError
-
-    from ragpic.corpus.sources import parse_jsonl_line
 
     given = doc_from({"text": "t", "id": "a", "metadata": {"k": 1}}, 0)
     assert (given.name, given.text, given.metadata) == ("a", "t", {"k": 1})
