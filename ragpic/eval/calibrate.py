@@ -22,6 +22,7 @@ from ragpic.eval.data import QAExample, default_dataset, default_haystack, load_
 from ragpic.eval.evaluate import evaluate_qa
 from ragpic.eval.ruler import run_ruler
 from ragpic.eval.ruler_tasks import TASKS
+from ragpic.eval.variants import normalize_methods
 
 __all__ = ["CALIBRATION_SEED", "DEFAULT_RECIPES", "format_calibration", "run_calibration"]
 
@@ -52,8 +53,8 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     this many tokens (192: the documented ``ragpic eval`` run's ~2k-token prompts; ``None``: whole,
     ~6k tokens and 3x the time).
     """
-    recipes = [r for r in dict.fromkeys(recipes) if r != "full"]
-    methods = ["full", *recipes]
+    methods = normalize_methods(recipes, ())  # canonical names, full first: run_ruler's keys
+    recipes = methods[1:]
     tasks = list(tasks or TASKS)
     ruler = run_ruler(lm, default_haystack(), tasks=tasks, lengths=lengths, samples=samples, seed=seed,
                       methods=methods, chunk_tokens=chunk_tokens, max_new_tokens=max_new_tokens, progress=progress)

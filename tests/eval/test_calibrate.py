@@ -17,11 +17,11 @@ def test_run_calibration_measures_every_recipe_against_full(tmp_path):
     from ragpic.eval.data import load_qa
 
     lm = tiny_lm("llama")
-    cal = run_calibration(lm, recipes=["naive", "legolink-100000", "qp-100"], tasks=["niah_single", "vt"],
+    cal = run_calibration(lm, recipes=["NAIVE", "legolink-100000", "qp-100-k16"], tasks=["niah_single", "vt"],
                           lengths=[700], samples=1, chunk_tokens=128, max_new_tokens=3,
                           qa=load_qa(_tiny_dataset(tmp_path)))
     assert cal.fingerprint == lm.fingerprint and list(cal.full_scores) == ["niah_single", "vt", "qa"]
-    assert [r.method for r in cal.recipes] == ["naive", "legolink-100000", "qp-100"]
+    assert [r.method for r in cal.recipes] == ["naive", "legolink-100000", "qp-100"]  # canonical names
     for r in cal.recipes:
         assert set(r.shares) == set(cal.full_scores) and r.speedup > 0
         if r.method != "naive":  # every row recomputed: full's answers, so full's score wherever it has one
