@@ -1,7 +1,7 @@
 """``ragpic compile --ray`` on a real local Ray cluster (a head and one worker node, started with
 ``ray start`` on loopback) writing into a real Redis: the same keys as an in-process run, a
-second run that compiles nothing, and a compile actor killed mid-run that Ray restarts, after
-which every chunk is stored once and the store checks clean (tiny random model)."""
+second run that compiles nothing, and a compile actor killed mid-run, after which the run still
+ends ok with every chunk stored once and the store checking clean (tiny random model)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def _compile_actors() -> list[int]:
             and "defunct" not in line]
 
 
-def test_a_compile_actor_killed_mid_run_is_restarted_and_nothing_is_lost(ray_address, model, tmp_path):
+def test_a_compile_actor_killed_mid_run_loses_nothing(ray_address, model, tmp_path):
     corpus = write_corpus(tmp_path / "docs", sentences=120, seed=2)
     server = RedisServer()
     try:
@@ -117,8 +117,9 @@ def test_a_compile_actor_killed_mid_run_is_restarted_and_nothing_is_lost(ray_add
         report = json.loads(out)
         assert report["ok"] and report["missing"] == 0
         assert stored_at_kill < report["distinct"] == len(redis_keys(server.port))  # each chunk once
-        assert not any(w.endswith(f":{victim}") and w_["batches"] == 0 for w, w_ in report["workers"].items())
-        assert len(report["workers"]) >= 2
+        # Which actor ends up doing the dead one's batches is Ray's timing: a restarted actor, or the
+        # surviving one when it drains the queue first (a run with one worker key is correct too).
+        assert sum(w["chunks"] for w in report["workers"].values()) >= report["distinct"]
         check = subprocess.run([sys.executable, "-m", "ragpic.cli", "store", "check", server.url],
                                capture_output=True, text=True, timeout=120)
         assert check.returncode == 0, check.stdout + check.stderr
