@@ -1,10 +1,8 @@
-"""Compile: prefill chunks alone (positions from 0) and keep their per-layer K and V (recipe
-``prior``: and how far their values move behind other text, :mod:`ragpic.core.prior`)."""
+"""Compile: prefill chunks alone (positions from 0) and keep their per-layer K and V."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -12,10 +10,9 @@ from transformers.cache_utils import DynamicCache
 from ragpic.core.decode import eos_token_ids
 from ragpic.core.forward import prefill
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import PLAIN, PRIOR, recipe_dummies
+from ragpic.core.methods import PLAIN, recipe_dummies
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
-from ragpic.core.prior import context_ids, value_deviation
 from ragpic.errors import ChunkError
 
 __all__ = ["ChunkInParts", "compile_chunks", "dummy_token_id"]
@@ -35,7 +32,7 @@ def _check(ids: torch.Tensor, index: int, dummies: int, lm: LoadedModel) -> None
         raise ChunkError(f"chunk {index} is empty: an empty chunk has no KV to compile; drop it", index)
     if ids.numel() + dummies > lm.context_window:
         raise ChunkError(
-            f"chunk {index} has {ids.numel()} tokens (+{dummies} rows its recipe puts before it), more than the model's "
+            f"chunk {index} has {ids.numel()} tokens (+{dummies} dummies), more than the model's "
             f"context window of {lm.context_window}: split it into smaller chunks",
             index,
         )
@@ -71,41 +68,6 @@ def _chunk_kv(lm: LoadedModel, cache: DynamicCache, row: int, ids: torch.Tensor,
                    keys=keys, values=values, base_position=dummies, fingerprint=lm.fingerprint, recipe=recipe)
 
 
-def _prefilled(lm: LoadedModel, ids: list[torch.Tensor], prefix: torch.Tensor,
-               batch_tokens: int) -> Iterator[tuple[list[int], DynamicCache]]:
-    """Each chunk behind ``prefix`` ``(P,)``, prefilled in batches of similar length: yields the
-    chunk indices of a batch and its cache (batch row ``r`` = chunk ``batch[r]``, at rows
-    ``P..P+T-1``). Right-padded: a causal model never lets a real token attend to padding after
-    it, so no attention mask is needed and every real row equals that of ``prefix`` + the chunk
-    prefilled on their own."""
-    p = prefix.numel()
-    for batch in _batches([c.numel() + p for c in ids], batch_tokens):
-        width = max(ids[i].numel() for i in batch) + p
-        rows = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, i in enumerate(batch):
-            rows[r, : p + ids[i].numel()] = torch.cat((prefix, ids[i]))
-        rows = to_device(rows, lm.device)
-        positions = torch.arange(width, device=lm.device).expand(len(batch), width)
-        cache = DynamicCache()
-        prefill(lm.model, rows, positions, cache)
-        yield batch, cache
-
-
-def _with_priors(lm: LoadedModel, kvs: list[ChunkKV], batch_tokens: int,
-                 on_progress: Callable[[int], None] | None = None) -> list[ChunkKV]:
-    """``kvs`` (recipe ``prior``, plain KV) with their prior: each chunk prefilled once more
-    behind :func:`~ragpic.core.prior.context_ids`, its values held against the plain ones."""
-    context, out = context_ids(lm), list(kvs)
-    for batch, cache in _prefilled(lm, [kv.token_ids for kv in kvs], context, batch_tokens):
-        for r, i in enumerate(batch):
-            p, t = context.numel(), kvs[i].num_tokens
-            moved = torch.stack([layer.values[r, :, p:p + t] for layer in cache.layers])  # (L, H, T, D)
-            out[i] = replace(kvs[i], prior=value_deviation(kvs[i].values, moved).cpu())
-        if on_progress:
-            on_progress(len(batch))
-    return out
-
-
 @torch.inference_mode()
 def compile_chunks(
     lm: LoadedModel,
@@ -118,34 +80,37 @@ def compile_chunks(
     """Prefill each chunk alone and return its KV, batched by length for throughput.
 
     Each chunk sits at positions ``0..T-1`` (after ``N`` dummy tokens for recipe ``bosN``,
-    whose rows are dropped). Recipe ``prior`` keeps ``plain``'s KV and prefills every chunk a
-    second time behind :func:`~ragpic.core.prior.context_ids` to measure its prior
-    (:func:`~ragpic.core.prior.value_deviation`): twice the compile work.
+    whose rows are dropped). Chunks in a batch are right-padded: a causal model never lets a
+    real token attend to padding after it, so no attention mask is needed and the K/V of
+    every real token equals that of the chunk prefilled on its own.
 
     Args:
         chunks: token ids of each chunk (no special tokens added).
-        recipe: ``plain``, ``prior`` or ``bos<N>`` (LegoLink-0).
+        recipe: ``plain`` or ``bos<N>`` (LegoLink-0).
         batch_tokens: padded tokens per forward (memory ~ batch_tokens x KV bytes/token).
-        on_progress: called with the number of chunks finished after each batch (recipe
-            ``prior``: after its second pass).
+        on_progress: called with the number of chunks finished after each batch.
     Returns:
-        One :class:`ChunkKV` per chunk, in input order: KV on the model's device, ids (and the
-        prior) on the CPU.
+        One :class:`ChunkKV` per chunk, in input order: KV on the model's device, ids on the CPU.
     """
     dummies = recipe_dummies(recipe)
     ids = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in chunks]
-    ahead = dummies + (context_ids(lm).numel() if recipe == PRIOR else 0)  # rows before a chunk's own
     for i, c in enumerate(ids):
-        _check(c, i, ahead, lm)
+        _check(c, i, dummies, lm)
     out: list[ChunkKV | None] = [None] * len(ids)
-    for batch, cache in _prefilled(lm, ids, _with_dummies(lm, torch.empty(0, dtype=torch.long), dummies),
-                                   batch_tokens):
+    for batch in _batches([c.numel() + dummies for c in ids], batch_tokens):
+        width = max(ids[i].numel() for i in batch) + dummies
+        rows = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, i in enumerate(batch):
+            seq = _with_dummies(lm, ids[i], dummies)
+            rows[r, : seq.numel()] = seq
+        rows = to_device(rows, lm.device)
+        positions = torch.arange(width, device=lm.device).expand(len(batch), width)
+        cache = DynamicCache()
+        prefill(lm.model, rows, positions, cache)
         for r, i in enumerate(batch):
             out[i] = _chunk_kv(lm, cache, r, ids[i], dummies, recipe)
-        if on_progress and recipe != PRIOR:
+        if on_progress:
             on_progress(len(batch))
-    if recipe == PRIOR:
-        out = _with_priors(lm, out, batch_tokens, on_progress)  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
 
 
@@ -157,8 +122,7 @@ class ChunkInParts:
 
     Args:
         ids: the chunk's token ids, ``(T,)`` int64 (no special tokens added).
-        recipe: ``plain``, ``prior`` or ``bos<N>``: its ``N`` dummy rows come first and count as
-            rows; ``prior``'s second prefill runs whole in the last part.
+        recipe: ``plain`` or ``bos<N>``: its ``N`` dummy rows come first and count as rows.
         index: the chunk's position among the caller's chunks, named by its errors.
     """
 
@@ -169,7 +133,7 @@ class ChunkInParts:
         self.lm, self.recipe, self.index = lm, recipe, index
         self.ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
         self.dummies = recipe_dummies(recipe)
-        _check(self.ids, index, self.dummies + (context_ids(lm).numel() if recipe == PRIOR else 0), lm)
+        _check(self.ids, index, self.dummies, lm)
         self.seq = _with_dummies(lm, self.ids, self.dummies)  # (dummies + T,)
         self.done = 0  # rows prefilled so far
         self._cache = DynamicCache()
@@ -191,7 +155,4 @@ class ChunkInParts:
         self.done = end
         if end < self.rows:
             return None
-        kv = _chunk_kv(self.lm, self._cache, 0, self.ids, self.dummies, self.recipe)
-        if self.recipe == PRIOR:  # its second prefill (context + T rows) runs whole, in this last part
-            kv = _with_priors(self.lm, [kv], batch_tokens=len(context_ids(self.lm)) + self.ids.numel())[0]
-        return kv
+        return _chunk_kv(self.lm, self._cache, 0, self.ids, self.dummies, self.recipe)

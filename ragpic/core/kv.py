@@ -30,16 +30,14 @@ class ChunkKV:
         base_position: position of the chunk's first token at compile time
             (0 for ``plain``, N for ``bosN``). Link rotates keys by ``start - base_position``.
         fingerprint: the model fingerprint whose forward pass produced this KV.
-        recipe: ``plain``, ``prior`` or ``bos<N>`` (see :func:`dummy_recipe`).
+        recipe: ``plain`` or ``bos<N>`` (see :func:`dummy_recipe`).
         key_scales, value_scales: ``(L, H_kv, T)`` bf16 per-row scales when ``keys`` and
             ``values`` are int8 (the store's int8 entries, dequantized on the device at link
             by :func:`dequantize_int8`); None for float KV.
         quant_dtype: the dtype int8 KV stands for (the model dtype it was compiled in).
-        prior: ``(T,)`` fp32, recipe ``prior`` only: how far each token's values move when the
-            chunk is prefilled behind other text (:mod:`ragpic.core.prior`); None otherwise.
 
-    ``token_ids`` and ``prior`` are host data (they pick segments and rows, never enter a
-    kernel at link): they stay on the CPU whatever device the KV is on.
+    ``token_ids`` are host data (they pick segments, never enter a kernel at link): they stay
+    on the CPU whatever device the KV is on.
     """
 
     token_ids: torch.Tensor
@@ -51,7 +49,6 @@ class ChunkKV:
     key_scales: torch.Tensor | None = None
     value_scales: torch.Tensor | None = None
     quant_dtype: torch.dtype | None = None
-    prior: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.keys.shape != self.values.shape or self.keys.dim() != 4:
@@ -63,8 +60,6 @@ class ChunkKV:
             raise ValueError(
                 f"token_ids has {self.token_ids.numel()} ids but KV holds {self.keys.shape[2]} tokens"
             )
-        if self.prior is not None and (self.prior.dim() != 1 or self.prior.numel() != self.token_ids.numel()):
-            raise ValueError(f"prior must be (tokens,) = ({self.token_ids.numel()},); got {tuple(self.prior.shape)}")
         if (self.key_scales is None) != (self.value_scales is None):
             raise ValueError("int8 KV needs both key_scales and value_scales")
         if self.key_scales is not None:
@@ -114,7 +109,6 @@ class ChunkKV:
             fingerprint=self.fingerprint, recipe=self.recipe,
             key_scales=None if scales is None else scales[0], value_scales=None if scales is None else scales[1],
             quant_dtype=self.quant_dtype if scales is not None else None,
-            prior=None if self.prior is None else self.prior.to("cpu"),
         )
 
 

@@ -16,22 +16,16 @@ from ragpic.errors import ConfigError
 PLAIN = "plain"
 """Compile recipe: the chunk is prefilled alone, its first token at position 0."""
 
-PRIOR = "prior"
-"""Compile recipe: ``plain``'s KV plus, per token, how far its values move when the chunk is
-prefilled behind other text (:mod:`ragpic.core.prior`): the ``prior-<r>`` methods' ranking."""
-
 LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
 METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0), "
                "'cacheblend-<percent>' (e.g. cacheblend-15), 'qr-<percent>[-k<k>][-h<hops>]' (e.g. qr-3, qr-3-k1), "
-               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>]' (e.g. qp-5, qp-5-d25, qp-10-h2), "
-               "'prior-<percent>[-k<k>]' (e.g. prior-10) "
+               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>]' (e.g. qp-5, qp-5-d25, qp-10-h2) "
                "or 'auto' (the fastest calibrated recipe that keeps Config.fidelity of full's accuracy)")
 QR_DEFAULT_K = 16
 QP_DEFAULT_DEPTH = 0.5
 """``qp``'s probe pass runs the first half of the layers unless its name says ``-d<percent>``."""
 _QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?", re.ASCII)
-_PRIOR = re.compile(r"prior-(\d+(?:\.\d+)?)(?:-k(\d+))?", re.ASCII)
 
 
 def dummy_recipe(n: int) -> str:
@@ -40,29 +34,28 @@ def dummy_recipe(n: int) -> str:
 
 
 def recipe_dummies(recipe: str) -> int:
-    """Number of dummy tokens a recipe prepends (0 for ``plain`` and ``prior``)."""
-    if recipe in (PLAIN, PRIOR):
+    """Number of dummy tokens a recipe prepends (0 for ``plain``)."""
+    if recipe == PLAIN:
         return 0
     if recipe.startswith("bos") and recipe[3:].isascii() and recipe[3:].isdigit():
         return int(recipe[3:])
-    raise ConfigError(f"unknown compile recipe {recipe!r}: expected 'plain', 'prior' or 'bos<N>'")
+    raise ConfigError(f"unknown compile recipe {recipe!r}: expected 'plain' or 'bos<N>'")
 
 
 @dataclass(slots=True, frozen=True)
 class Method:
     """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``,
-    ``qr-<r>[-k<k>][-h<n>]``, ``qp-<r>[-k<k>][-d<d>][-h<n>]``, ``prior-<r>[-k<k>]`` or ``auto``.
+    ``qr-<r>[-k<k>][-h<n>]``, ``qp-<r>[-k<k>][-d<d>][-h<n>]`` or ``auto``.
 
     Attributes:
         kind: ``full``, ``naive``, ``legolink``, ``cacheblend``, ``qr`` (query-guided recompute),
-            ``qp`` (its one-pass form: the question probed at shallow layers), ``prior``
-            (``legolink-k`` plus each chunk's tokens its compile-time prior ranks first) or ``auto`` (a
+            ``qp`` (its one-pass form: the question probed at shallow layers) or ``auto`` (a
             calibrated choice among the others, resolved by the engine for its model:
             :mod:`ragpic.engine.calibration`; it links nothing itself).
         k: tokens recomputed at the start of every chunk (``legolink``; ``qr``'s first pass and
             ``qp``'s fixed rows).
         ratio: fraction of chunk tokens recomputed past layer 1 (``cacheblend``), or recomputed
-            in the second pass (``qr``) or added to the forward (``qp``, ``prior``), in (0, 1].
+            in the second pass (``qr``) or added to the forward (``qp``), in (0, 1].
         depth: fraction of the layers ``qp``'s probe pass runs, in (0, 1]
             (:data:`QP_DEFAULT_DEPTH` unless the name says ``-d<percent>``); 0 for other kinds.
         hops: ``qr`` / ``qp``: rounds of second-order selection (:mod:`ragpic.core.link.hops`), 0: none.
@@ -84,8 +77,6 @@ class Method:
             name = f"{self.kind}-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
             name += "" if self.kind == "qr" or self.depth == QP_DEFAULT_DEPTH else f"-d{_percent(self.depth)}"
             return name + (f"-h{self.hops}" if self.hops else "")
-        if self.kind == "prior":
-            return f"prior-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
         return self.kind
 
     @property
@@ -94,8 +85,6 @@ class Method:
         if self.kind == "auto":
             raise ConfigError("method 'auto' is resolved to a recipe by the engine for its model "
                               "(Engine.method_of): resolve it before asking for its compile recipe")
-        if self.kind == "prior":
-            return PRIOR
         return dummy_recipe(LEGOLINK0_DUMMIES) if self.kind == "legolink" and self.k == 0 else PLAIN
 
 
@@ -129,8 +118,4 @@ def parse_method(name: str | Method) -> Method:
             return Method(kind, k=int(k) if k else QR_DEFAULT_K, ratio=float(pct) / 100,
                           depth=0.0 if kind == "qr" else float(depth) / 100 if depth else QP_DEFAULT_DEPTH,
                           hops=int(hops or 0))
-    prior = _PRIOR.fullmatch(str(name).strip().lower())
-    if prior and 0 < float(prior.group(1)) <= 100:
-        return Method("prior", k=int(prior.group(2)) if prior.group(2) else QR_DEFAULT_K,
-                      ratio=float(prior.group(1)) / 100)
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")

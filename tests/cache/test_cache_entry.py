@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 
 import pytest
 import torch
 
 from cache_helpers import FP, make_chunk, same_kv
-from store_faults import forge
 from ragpic.cache import CorruptEntry, ForeignEntry, chunk_key
 from ragpic.cache.format.entry import decode, encode
-from ragpic.cache.format.entry_header import read_header
-from ragpic.cache.format.expect import verify_entry
 from ragpic.cache.format.keys import dtype_name
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -159,38 +155,3 @@ def test_int4_entry_is_about_a_seventh_of_fp32_and_refuses_what_it_cannot_hold()
     i8, _ = decode(encode(kv, text=text, quant="int8"), fingerprint=FP)
     back, _ = decode(encode(i8, text=text, quant="int4"), fingerprint=FP)
     assert back.keys.dtype == torch.float32 and (back.values - kv.values).abs().max() < 0.5
-
-
-@pytest.mark.parametrize("quant", ["none", "int8", "int4"])
-def test_a_prior_round_trips_in_every_quantization(quant: str) -> None:
-    _, kv, text = make_chunk(8, tokens=40, head_dim=16, recipe="prior")
-    kv = replace(kv, prior=torch.rand(40))
-    data = encode(kv, text=text, quant=quant)
-    assert read_header(data)[0]["prior"] is True
-    back, _ = decode(data, fingerprint=FP)
-    assert torch.equal(back.prior, kv.prior) and back.recipe == "prior"
-    key = chunk_key(FP, text, "prior", kv.dtype)
-    assert torch.equal(verify_entry(key, data, fingerprint=FP)[0].prior, kv.prior)
-
-
-def test_an_entry_without_a_prior_has_no_prior_field_or_section() -> None:
-    _, kv, text = make_chunk(9, tokens=12)
-    data = encode(kv, text=text)
-    head, start = read_header(data)
-    assert "prior" not in head and len(data) - start == 12 * 8 + 2 * 2 * 2 * 12 * 16 * 4
-    assert decode(data, fingerprint=FP)[0].prior is None
-
-
-def test_a_prior_must_match_its_recipe_and_its_header_field_must_be_a_boolean() -> None:
-    _, kv, text = make_chunk(10, tokens=12, recipe="prior")
-    bare = encode(kv, text=text)  # recipe prior, no prior
-    with pytest.raises(CorruptEntry, match="recipe 'prior' has no prior"):
-        verify_entry(chunk_key(FP, text, "prior", kv.dtype), bare, fingerprint=FP)
-    _, plain, text = make_chunk(11, tokens=12)
-    stray = encode(replace(plain, prior=torch.ones(12)), text=text)
-    with pytest.raises(CorruptEntry, match="recipe 'plain' holds a prior"):
-        verify_entry(chunk_key(FP, text, "plain", plain.dtype), stray, fingerprint=FP)
-    with pytest.raises(CorruptEntry, match="'prior' is not a boolean"):
-        decode(forge(stray, header={"prior": 1}), fingerprint=FP)
-    with pytest.raises(CorruptEntry, match="payload"):  # says no prior but carries its bytes
-        decode(forge(stray, header={"prior": False}), fingerprint=FP)

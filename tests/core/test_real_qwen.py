@@ -57,17 +57,6 @@ def test_exact_methods_equal_full_on_the_real_model(qwen, prompt, method):
         assert (a[..., :n, :] - b[..., :n, :]).abs().max() <= TOL
 
 
-def test_prior_at_a_full_budget_equals_full_on_the_real_model(qwen, prompt):
-    """Recipe ``prior``'s chunks (plain KV and a prior), every chunk row picked: ``full``."""
-    _, full = prompt
-    segs = linked_prompt(qwen, compile_texts(qwen, recipe="prior"))
-    linked = link(qwen, segs, "prior-100")
-    n = full.num_tokens
-    assert linked.recomputed == n and (full.logits - linked.logits).abs().max() <= TOL
-    for a, b in ((full.cache.key_slab, linked.cache.key_slab), (full.cache.value_slab, linked.cache.value_slab)):
-        assert (a[..., :n, :] - b[..., :n, :]).abs().max() <= TOL
-
-
 def test_naive_is_an_approximation_on_the_real_model(qwen, prompt):
     """The exact methods above are exact because they recompute, not because nothing moved."""
     segs, full = prompt

@@ -83,18 +83,6 @@ def test_legolink0_compiles_its_own_recipe(engine):
     assert (g.chunks_loaded, g.chunks_compiled) == (3, 0)
 
 
-def test_prior_chunks_are_compiled_stored_and_read_back_with_their_prior(engine, tmp_path):
-    assert engine.compile(PASSAGES, method="prior-20") == 3  # recipe prior: its own entries
-    g = engine.generate(_prompt(PASSAGES), hints=PASSAGES, method="prior-20")
-    assert (g.chunks_loaded, g.chunks_compiled) == (3, 0) and g.method == "prior-20"
-    # a second engine on the same folder links the priors it reads, answering as the first did
-    again = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=8), lm=engine.lm)
-    h = again.generate(_prompt(PASSAGES), hints=PASSAGES, method="prior-20")
-    assert (h.chunks_loaded, h.chunks_compiled) == (3, 0) and h.token_ids == g.token_ids
-    full = engine.generate(_prompt(PASSAGES), hints=PASSAGES, method="full")
-    assert engine.generate(_prompt(PASSAGES), hints=PASSAGES, method="prior-100").token_ids == full.token_ids
-
-
 def test_bad_chunk_at_ingest_is_named(engine):
     with pytest.raises(ChunkError, match="empty"):
         engine.compile(["fine text", "   "])

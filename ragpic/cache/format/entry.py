@@ -73,9 +73,7 @@ def encode(kv: ChunkKV, *, text: str, quant: str = "none") -> bytes:
     else:
         tensors["keys"], tensors["key_scales"] = quantize_int8(kv.keys)
         tensors["values"], tensors["value_scales"] = quantize_int8(kv.values)
-    if kv.prior is not None:
-        tensors["prior"] = kv.prior.to(torch.float32)
-    layout = payload_layout(shape, kv.dtype, quant, kv.prior is not None)  # type: ignore[arg-type]
+    layout = payload_layout(shape, kv.dtype, quant)  # type: ignore[arg-type]
     payload = bytearray(sum(section_nbytes(dt, sh) for _, dt, sh in layout))
     pos = 0
     for name, _, _ in layout:
@@ -88,8 +86,6 @@ def encode(kv: ChunkKV, *, text: str, quant: str = "none") -> bytes:
         "num_tokens": kv.num_tokens, "quant": quant, "text": text, "byteorder": "little",
         "payload_bytes": len(payload), "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
-    if kv.prior is not None:  # absent otherwise: entries without a prior stay byte for byte as before
-        header["prior"] = True
     hbytes = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     digest = hashlib.sha256(hbytes).digest()[:16]
     return b"".join((PREFIX.pack(MAGIC, FORMAT_VERSION, len(hbytes), digest), hbytes, payload))
@@ -115,7 +111,7 @@ def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu")
     view = memoryview(data)[start:]
     dtype = DTYPES[header["dtype"]]
     L, H, T, D = header["shape"]
-    layout = payload_layout((L, H, T, D), dtype, header["quant"], header.get("prior", False))
+    layout = payload_layout((L, H, T, D), dtype, header["quant"])
     buf = bytearray(view)
     out: dict[str, torch.Tensor] = {}
     pos = 0
@@ -128,13 +124,13 @@ def decode(data: bytes, *, fingerprint: str, device: torch.device | str = "cpu")
     int8 = header["quant"] == "int8"
     if header["quant"] == "int4":  # to float KV here: link reads float KV, the hot tier holds it
         out["keys"], out["values"] = dequantize_int4(out, dtype)
-        out = {k: out[k] for k in ("token_ids", "keys", "values", "prior") if k in out}
+        out = {k: out[k] for k in ("token_ids", "keys", "values")}
     try:
         kv = ChunkKV(
             token_ids=out["token_ids"], keys=out["keys"], values=out["values"],
             base_position=header["base_position"], fingerprint=header["fingerprint"],
             recipe=header["recipe"], key_scales=out.get("key_scales"), value_scales=out.get("value_scales"),
-            quant_dtype=dtype if int8 else None, prior=out.get("prior"),
+            quant_dtype=dtype if int8 else None,
         )
     except ValueError as exc:
         raise CorruptEntry(f"entry tensors are inconsistent: {exc}") from None

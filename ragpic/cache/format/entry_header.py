@@ -22,10 +22,6 @@ sha256 of the payload. The payload is raw tensor bytes in C order, in this order
   :mod:`ragpic.cache.format.int4` (its codec, both halves, and its error bound); ~0.28x the
   bytes of fp16, 0.14x of fp32.
 
-An entry of recipe ``prior`` says ``"prior": true`` in its header and ends its payload, in
-every quantization, with the chunk's prior ``(T,)`` fp32 (:mod:`ragpic.core.prior`); a header
-without the field (every other recipe, and entries written before it) has no such section.
-
 Integrity: the header digest and the payload sha256 catch truncation and bit flips
 (:class:`CorruptEntry`). The backends and ``ragpic store check|stats`` read entries through
 this module only: they never decode a payload.
@@ -58,15 +54,9 @@ _REQUIRED = {
 }
 
 
-def payload_layout(shape: tuple[int, int, int, int], dtype: torch.dtype, quant: str,
-                   prior: bool = False) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
+def payload_layout(shape: tuple[int, int, int, int], dtype: torch.dtype,
+                   quant: str) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
     """Payload sections ``(name, dtype, shape)`` in order, derived from the header alone."""
-    tail = [("prior", torch.float32, (shape[2],))] if prior else []
-    return _kv_layout(shape, dtype, quant) + tail
-
-
-def _kv_layout(shape: tuple[int, int, int, int], dtype: torch.dtype,
-               quant: str) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
     L, H, T, D = shape
     if quant == "none":
         return [("token_ids", torch.int64, (T,)), ("keys", dtype, shape), ("values", dtype, shape)]
@@ -133,8 +123,6 @@ def read_header(data: bytes | memoryview) -> tuple[dict[str, Any], int]:
         raise CorruptEntry(f"header dtype {header['dtype']!r} / quant {header['quant']!r} unsupported")
     if header["byteorder"] != "little":
         raise CorruptEntry(f"entry byte order {header['byteorder']!r} unsupported")
-    if not isinstance(header.get("prior", False), bool):
-        raise CorruptEntry("header field 'prior' is not a boolean")
     return header, start
 
 
@@ -144,8 +132,7 @@ def payload_size(header: dict[str, Any]) -> int:
     Raises:
         CorruptEntry: the header's ``payload_bytes`` disagrees.
     """
-    layout = payload_layout(tuple(header["shape"]), DTYPES[header["dtype"]], header["quant"],  # type: ignore[arg-type]
-                            header.get("prior", False))
+    layout = payload_layout(tuple(header["shape"]), DTYPES[header["dtype"]], header["quant"])  # type: ignore[arg-type]
     expected = sum(section_nbytes(dt, sh) for _, dt, sh in layout)
     if header["payload_bytes"] != expected:
         raise CorruptEntry(f"header payload length {header['payload_bytes']} != {expected} implied by shape")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ragpic.cache.format.entry import ForeignEntry, decode
 from ragpic.cache.format.keys import chunk_key, dtype_name
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import PRIOR, recipe_dummies
+from ragpic.core.methods import recipe_dummies
 from ragpic.errors import ConfigError, CorruptEntry
 
 
@@ -46,8 +46,7 @@ def expected_for(lm: object) -> Expected:
 
 
 def check_recipe(kv: ChunkKV) -> None:
-    """The entry's base position must be its recipe's (0 for ``plain``, N for ``bosN``), and it
-    holds a prior exactly when its recipe is ``prior``.
+    """The entry's base position must be its recipe's (0 for ``plain``, N for ``bosN``).
 
     Raises:
         CorruptEntry: naming both.
@@ -58,8 +57,6 @@ def check_recipe(kv: ChunkKV) -> None:
         raise CorruptEntry(f"entry recipe {kv.recipe!r} is not a ragpic recipe") from None
     if kv.base_position != want:
         raise CorruptEntry(f"entry base position {kv.base_position} is not recipe {kv.recipe!r}'s {want}")
-    if (kv.recipe == PRIOR) != (kv.prior is not None):
-        raise CorruptEntry(f"entry of recipe {kv.recipe!r} " + ("has no prior" if kv.prior is None else "holds a prior"))
 
 
 def check_expected(kv: ChunkKV, text: str, want: Expected) -> None:

@@ -2,8 +2,7 @@
 
 One strategy per method (:class:`Linker`, docs/ARCHITECTURE.md §4.2), parsed once from its name
 by :func:`linker_for`: :mod:`.rows` (``full``, ``naive``, ``legolink-k``), :mod:`.cacheblend`
-(``cacheblend-r``), :mod:`.query_guided` (``qr-r[-kK]``), :mod:`.query_probe` (``qp-r[-kK]``),
-:mod:`.prior_rows` (``prior-r[-kK]``).
+(``cacheblend-r``), :mod:`.query_guided` (``qr-r[-kK]``), :mod:`.query_probe` (``qp-r[-kK]``).
 :mod:`.plan` holds the interface, the recompute mask, the checks and the cache a link starts
 from; :mod:`.pieces` runs a link, whole
 (:func:`link`) or in pieces (:class:`ChunkedLink`, the server), on one path.

@@ -25,7 +25,6 @@ import torch
 from ragpic.core.forward import recompute_rows
 from ragpic.core.link.cacheblend import CacheBlend
 from ragpic.core.link.plan import LinkResult, Linker, check_segments, fill_cached_rows, new_cache, synchronize
-from ragpic.core.link.prior_rows import PriorRows
 from ragpic.core.link.query_guided import QueryGuided
 from ragpic.core.link.query_probe import QueryProbe
 from ragpic.core.link.rows import Full, Rows
@@ -38,7 +37,7 @@ from ragpic.errors import LinkError
 __all__ = ["ChunkedLink", "link", "linker_for", "recompute_mask"]
 
 _FAMILIES: dict[str, type[Linker]] = {"full": Full, "naive": Rows, "legolink": Rows, "cacheblend": CacheBlend,
-                                      "qr": QueryGuided, "qp": QueryProbe, "prior": PriorRows}
+                                      "qr": QueryGuided, "qp": QueryProbe}
 
 
 def linker_for(method: str | Method | Linker) -> Linker:
