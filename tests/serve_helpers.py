@@ -64,14 +64,20 @@ class Server:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 15.0, *, signalled: bool = False) -> bool:
+        """SIGTERM (unless ``signalled``: sent already), wait up to ``timeout`` s for the process to
+        exit, then SIGKILL it; True if it exited by itself (a killed one flushed nothing)."""
+        exited = True
         if self.proc.poll() is None:
-            self.proc.terminate()
+            if not signalled:
+                self.proc.terminate()
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                exited = False
                 self.kill()
         self.log.close()
+        return exited
 
 
 # -- shared by the tiny-model server tests (test_serve_edges, test_serve_lifecycle) ----------
