@@ -76,16 +76,14 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     tokens = ids.tolist()  # read per position below: one host list, not a tensor index each time
     in_run = torch.zeros_like(mask)
     holders: dict[int, set[int]] = {}
+    positions: dict[int, list[int]] = {}  # token -> its run positions, ascending
     for i, (a, b) in enumerate(runs):
         in_run[a:b] = True
-        for t in tokens[a:b]:
-            holders.setdefault(t, set()).add(i)
-    rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
-    where: dict[int, list[int]] = {}
-    for a, b in runs:
         for p in range(a, b):
-            if tokens[p] in rare:
-                where.setdefault(tokens[p], []).append(p)
+            holders.setdefault(tokens[p], set()).add(i)
+            positions.setdefault(tokens[p], []).append(p)
+    rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
+    where = {t: positions[t] for t in rare}
 
     covered = _take(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
     fresh = mask.clone()
