@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["MIN_SHARED", "RARE_RUNS", "SEED_SHARE", "WINDOW", "select_with_hops"]
+__all__ = ["MIN_SHARED", "RARE_RUNS", "SEED_SHARE", "WINDOW", "rank_runs", "select_with_hops", "take_runs"]
 
 RARE_RUNS = 3
 """A token held by at most this many runs links them (a 4-hop chain names each variable in
@@ -44,9 +44,22 @@ MIN_SHARED = 2
 several tokens, and one shared rare word is most often chance (a filler word in two places)."""
 
 
-def _take(order: Sequence[int], runs: Sequence[tuple[int, int]], mask: torch.Tensor, budget: int,
-          covered: int) -> int:
-    """Add whole runs in ``order`` to ``mask`` until ``covered`` (tokens) reaches ``budget``."""
+def rank_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, list[int]]:
+    """``(csum, order)``: the ``(N + 1,)`` fp64 prefix sums of ``scores`` (a span's weight is
+    ``csum[b] - csum[a]``) and the run indices, best summed score first; ties keep the earlier run.
+
+    ``scores``: ``(N,)`` fp32 CPU attention per prompt token; ``runs``: ``[start, end)`` of each run.
+    The one ranking plain selection and the hops' seeds and fill share.
+    """
+    csum = torch.cat((scores.new_zeros(1, dtype=torch.float64), scores.double().cumsum(0)))
+    weight = [float(csum[b] - csum[a]) for a, b in runs]
+    return csum, sorted(range(len(runs)), key=lambda i: -weight[i])  # sorted is stable
+
+
+def take_runs(order: Sequence[int], runs: Sequence[tuple[int, int]], mask: torch.Tensor, budget: int,
+              covered: int) -> int:
+    """Add whole runs in ``order`` to ``mask`` (``(N,)`` bool) until ``covered`` (tokens) reaches
+    ``budget``; returns the tokens covered. Tokens already in ``mask`` are not counted twice."""
     for i in order:
         if covered >= budget:
             break
@@ -70,9 +83,7 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     if not runs:
         return mask
     budget = math.ceil(ratio * sum(b - a for a, b in runs))
-    csum = torch.cat((scores.new_zeros(1), scores.double().cumsum(0)))
-    weight = [float(csum[b] - csum[a]) for a, b in runs]
-    by_score = sorted(range(len(runs)), key=lambda i: -weight[i])  # stable: ties keep the earlier run
+    csum, by_score = rank_runs(scores, runs)
     tokens = ids.tolist()  # read per position below: one host list, not a tensor index each time
     in_run = torch.zeros_like(mask)
     holders: dict[int, set[int]] = {}
@@ -85,7 +96,7 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
     where = {t: positions[t] for t in rare}
 
-    covered = _take(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
+    covered = take_runs(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
     fresh = mask.clone()
     for _ in range(hops):
         if covered >= budget:
@@ -111,5 +122,5 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
             covered += int(new.sum())
             mask[a:b] |= new
             fresh[a:b] |= new
-    _take(by_score, runs, mask, budget, covered)
+    take_runs(by_score, runs, mask, budget, covered)
     return mask

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from ragpic.core.forward import recompute_rows
-from ragpic.core.link.hops import select_with_hops
+from ragpic.core.link.hops import rank_runs, select_with_hops, take_runs
 from ragpic.core.link.plan import Linker
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
@@ -96,18 +96,8 @@ def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: f
     ``scores``: ``(N,)`` fp32 CPU attention per prompt token. Ties keep the earlier run.
     """
     chosen = torch.zeros(scores.numel(), dtype=torch.bool)
-    if not runs:
-        return chosen
-    budget = math.ceil(ratio * sum(b - a for a, b in runs))
-    csum = torch.cat((scores.new_zeros(1), scores.double().cumsum(0)))
-    weight = torch.tensor([float(csum[b] - csum[a]) for a, b in runs])
-    covered = 0
-    for i in torch.sort(weight, descending=True, stable=True).indices.tolist():
-        if covered >= budget:
-            break
-        a, b = runs[i]
-        chosen[a:b] = True
-        covered += b - a
+    if runs:
+        take_runs(rank_runs(scores, runs)[1], runs, chosen, math.ceil(ratio * sum(b - a for a, b in runs)), 0)
     return chosen
 
 
