@@ -80,6 +80,13 @@ class Method:
         return self.kind
 
     @property
+    def reads_attention(self) -> bool:
+        """Whether linking probes the question's attention inside ragpic's attention function
+        (``qr``, ``qp``): a model must run that function (:func:`ragpic.core.model.load_model`'s
+        default) to link with it."""
+        return self.kind in ("qr", "qp")
+
+    @property
     def recipe(self) -> str:
         """The compile recipe the chunks this method links must have."""
         if self.kind == "auto":

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -141,16 +140,16 @@ def load_calibration(fingerprint: str, root: str | Path | None = None) -> Calibr
                           "again, or delete the file to use auto's fallback") from None
 
 
-def choose(cal: Calibration | None, fidelity: float, runnable: Sequence[str] | None = None) -> Choice:
+def choose(cal: Calibration | None, fidelity: float, *, probe_runs: bool = True) -> Choice:
     """The recipe ``auto`` links with for ``fidelity`` (a share of ``full``, in (0, 1]).
 
-    ``runnable``: the method kinds this model can run (``None``: all); a ``qr``/``qp`` recipe
-    needs ragpic's attention, for instance.
+    ``probe_runs``: whether the model runs ragpic's attention function; without it the recipes
+    that read the question's attention (:attr:`Method.reads_attention`) are skipped.
     """
     if cal is None:
         return Choice(parse_method(FALLBACK), f"auto: this model has no calibration, so it links with "
                       f"{FALLBACK} (run `ragpic calibrate` to choose per model)", calibrated=False)
-    usable = [r for r in cal.recipes if runnable is None or parse_method(r.method).kind in runnable]
+    usable = [r for r in cal.recipes if probe_runs or not parse_method(r.method).reads_attention]
     if not usable:
         return Choice(parse_method(FALLBACK), f"auto: no calibrated recipe runs on this model, so it links "
                       f"with {FALLBACK}", calibrated=False)

@@ -108,8 +108,8 @@ class RagPic:
         calibration on first use and logged once (WARNING when uncalibrated, else INFO)."""
         with self._auto_lock:
             if self._auto is None:
-                runnable = None if uses_banded_attention(self.lm.model) else ("full", "naive", "legolink", "cacheblend")
-                self._auto = choose(load_calibration(self.lm.fingerprint), self.config.fidelity, runnable)
+                self._auto = choose(load_calibration(self.lm.fingerprint), self.config.fidelity,
+                                    probe_runs=uses_banded_attention(self.lm.model))
                 log.log(logging.INFO if self._auto.calibrated else logging.WARNING, "%s", self._auto.reason)
             return self._auto
 
