@@ -7,7 +7,8 @@ sequence, answers greedily, and is teacher-forced with ``full``'s answer:
 - gold F1 / EM (LongBench normalisation, max over gold answers);
 - ``f1_vs_full``: F1 of the method's answer against ``full``'s answer;
 - ``same_as_full``: answer identity with ``full``, the share of questions whose answer is
-  ``full``'s after SQuAD normalisation (exact match of the two answers);
+  ``full``'s after SQuAD normalisation (exact match of the two answers), with a Wilson 95%
+  interval (``same_as_full_ci95``);
 - ``top1_vs_full`` / ``cos_vs_full``: argmax agreement and cosine of the first-token logits;
 - ``tf_top1_vs_full`` / ``tf_kl_vs_full``: feed ``full``'s answer (and the token after it)
   through the method's linked cache; per-position argmax agreement with ``full`` and
@@ -139,6 +140,7 @@ def aggregate(per_question: Sequence[dict[str, dict]], methods: Sequence[str]) -
         for key in ("tf_kl_vs_full", "tf_top1_vs_full", "f1"):
             vals = [r[key] for r in rows if key in r]
             agg[f"{key}_ci95"] = list(scoring.bootstrap_ci(vals))
+        agg["same_as_full_ci95"] = list(scoring.wilson_ci([r["same_as_full"] for r in rows]))
         agg["questions"] = len(rows)
         out[m] = agg
     full_t = out["full"]["ttft_median_s"]
@@ -217,6 +219,9 @@ def format_table(methods: dict[str, dict]) -> str:
             f"{a['ttft_median_s']:>8.3f}{a['ttft_ratio_vs_full']:>7.1f}x{a['recomputed_tokens']:>8.0f}"
             f"{a['context_tokens']:>7.0f}"
         )
+    lines += ["", "answer = full's (share of questions, Wilson 95% CI)"]
+    lines += [f"{m:<15}{a['same_as_full']:>6.2f}  [{a['same_as_full_ci95'][0]:.2f},{a['same_as_full_ci95'][1]:.2f}]"
+              for m, a in methods.items() if m != "full" and "same_as_full_ci95" in a]
     paired = [(m, a) for m, a in methods.items() if "tf_kl_ratio_vs_naive" in a]
     if paired:
         lines += ["", "tf_kl / naive's tf_kl (paired bootstrap 95% CI over questions)"]

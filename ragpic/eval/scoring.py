@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import statistics
 import string
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -111,6 +112,21 @@ def bootstrap_ci(values: Sequence[float], *, n_resamples: int = 2000, confidence
     n = len(vals)
     return _percentile_interval([sum(vals[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_resamples)],
                                 confidence)
+
+
+def wilson_ci(hits: Sequence[float], *, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a share of 0/1 outcomes (answer identity, needle hits).
+
+    Unlike a bootstrap it is not zero-width at 0 of n or n of n, where a small sample says least
+    (0 of 32 still allows up to ~11%). None gives NaNs.
+    """
+    n = len(hits)
+    if not n:
+        return (float("nan"), float("nan"))
+    p = sum(float(h) for h in hits) / n
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n)))
 
 
 def _percentile_interval(stats: list[float], confidence: float) -> tuple[float, float]:

@@ -76,6 +76,16 @@ def test_bootstrap_ci():
     assert scoring.bootstrap_ci(vals, seed=1) == (lo, hi)  # deterministic
 
 
+def test_wilson_ci_of_a_share_of_hits():
+    lo, hi = scoring.wilson_ci([1] * 4 + [0] * 28)  # 4 of 32: the textbook Wilson interval
+    assert lo == pytest.approx(0.0497, abs=1e-4) and hi == pytest.approx(0.2807, abs=1e-4)
+    assert scoring.wilson_ci([0] * 32) == (0.0, pytest.approx(0.1072, abs=1e-4))  # not zero-width at 0 of n
+    lo, hi = scoring.wilson_ci([1] * 32)
+    assert lo == pytest.approx(0.8928, abs=1e-4) and hi == 1.0
+    assert scoring.wilson_ci([1, 0] * 50, confidence=0.5)[1] < scoring.wilson_ci([1, 0] * 50)[1]
+    assert all(math.isnan(v) for v in scoring.wilson_ci([]))
+
+
 def test_paired_ratio_ci_resamples_both_sides_together():
     den = [1.0, 2.0, 3.0, 4.0] * 10
     ratio, lo, hi = scoring.paired_ratio_ci([0.5 * d for d in den], den)
@@ -192,7 +202,8 @@ def test_evaluate_tiny_end_to_end(tmp_path):
         same = [scoring.normalize_answer(q["methods"][m]["answer"]) == scoring.normalize_answer(
             q["methods"]["full"]["answer"]) for q in back["questions"]]
         assert methods[m]["same_as_full"] == pytest.approx(sum(same) / len(same)), m
-    assert "same" in format_table(methods).splitlines()[0]
+        assert methods[m]["same_as_full_ci95"] == list(scoring.wilson_ci(same)), m
+    assert "same" in format_table(methods).splitlines()[0] and "Wilson 95% CI" in format_table(methods)
 
 
 def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
