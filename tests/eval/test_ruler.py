@@ -182,7 +182,7 @@ def test_cli_ruler_on_a_saved_tiny_model(tmp_path, capsys):
     res = json.loads(out.read_text())
     assert res["config"]["tasks"] == list(TASKS) and res["config"]["methods"] == methods
     fields = {"samples", "score", "score_ci95", "score_ratio_vs_full", "score_ratio_vs_full_ci95", "same_as_full",
-              "tf_kl_vs_full", "tf_kl_vs_full_ci95", "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens",
+              "same_as_full_ci95", "tf_kl_vs_full", "tf_kl_vs_full_ci95", "ttft_median_s", "ttft_ratio_vs_full", "recomputed_tokens",
               "context_tokens"}
     for task in TASKS:
         assert set(res["summary"][task]) == {"700"}
@@ -203,6 +203,7 @@ def test_cli_ruler_on_a_saved_tiny_model(tmp_path, capsys):
     assert overall["naive"]["tf_kl_vs_full"] > 1e-3  # random weights: stale chunk KV does differ
     naive_same = [r["methods"]["naive"]["same_as_full"] for r in res["samples"]]
     assert overall["naive"]["same_as_full"] == pytest.approx(sum(naive_same) / len(naive_same))
+    assert overall["naive"]["same_as_full_ci95"] == list(scoring.wilson_ci(naive_same))
     ratio, full_score = overall["naive"]["score_ratio_vs_full"], overall["full"]["score"]
     if full_score == 0:  # random weights rarely name a value: the ratio is then undefined, null in JSON
         assert ratio is None and overall["naive"]["score_ratio_vs_full_ci95"] == [None, None]
