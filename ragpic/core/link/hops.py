@@ -94,7 +94,6 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
             holders.setdefault(tokens[p], set()).add(i)
             positions.setdefault(tokens[p], []).append(p)
     rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
-    where = {t: positions[t] for t in rare}
 
     covered = take_runs(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
     fresh = mask.clone()
@@ -104,7 +103,7 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
         frontier = set(ids[fresh].tolist()) & rare
         windows = []  # (centre, start, end, frontier tokens inside)
         for t in frontier:
-            for p in where[t]:
+            for p in positions[t]:
                 if not mask[p]:
                     a, b = max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2)
                     shared = len(set(tokens[a:b]) & frontier)
