@@ -133,7 +133,7 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
 
 def summarize(cells: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
     """Per method: hits overall, hits in the cells where ``full`` hits, mean F1 / KL / answer
-    identity with ``full``, and the
+    identity with ``full`` (with its Wilson 95% interval), and the
     median over cells of ``full``'s link time / the method's (``ttft_ratio_vs_full``)."""
     full_hit = {(c["length"], c["depth"]) for c in cells if c["method"] == "full" and c["hit"]}
     full_s = {(c["length"], c["depth"]): c["ttft_s"] for c in cells if c["method"] == "full"}
@@ -141,12 +141,13 @@ def summarize(cells: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
     for m in methods:
         mine = [c for c in cells if c["method"] == m]
         where = [c for c in mine if (c["length"], c["depth"]) in full_hit]
+        same = [c["same_as_full"] for c in mine]
         out[m] = {
             "cells": len(mine), "hits": sum(c["hit"] for c in mine), "f1": scoring.mean([c["f1"] for c in mine]),
             "full_hit_cells": len(where), "hits_where_full_hits": sum(c["hit"] for c in where),
             "f1_where_full_hits": scoring.mean([c["f1"] for c in where]),
             "tf_kl_vs_full": scoring.mean([c["tf_kl_vs_full"] for c in mine]),
-            "same_as_full": scoring.mean([c["same_as_full"] for c in mine]),
+            "same_as_full": scoring.mean(same), "same_as_full_ci95": list(scoring.wilson_ci(same)),
             "ttft_ratio_vs_full": statistics.median(full_s[(c["length"], c["depth"])] / c["ttft_s"] for c in mine)
             if mine and all((c["length"], c["depth"]) in full_s for c in mine) else None,
         }

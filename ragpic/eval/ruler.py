@@ -94,11 +94,11 @@ def _aggregate(records: Sequence[dict], methods: Sequence[str]) -> dict[str, dic
         scores = [x["score"] for x in mine]
         ratio, lo, hi = scoring.paired_ratio_ci(scores, [x["score"] for x in full])
         kls = [x["tf_kl_vs_full"] for x in mine]
+        same = [x["same_as_full"] for x in mine]
         out[m] = {
             "samples": len(mine), "score": scoring.mean(scores), "score_ci95": list(scoring.bootstrap_ci(scores)),
             "score_ratio_vs_full": ratio, "score_ratio_vs_full_ci95": [lo, hi],
-            "same_as_full": scoring.mean([x["same_as_full"] for x in mine]),
-            "same_as_full_ci95": list(scoring.wilson_ci([x["same_as_full"] for x in mine])),
+            "same_as_full": scoring.mean(same), "same_as_full_ci95": list(scoring.wilson_ci(same)),
             "tf_kl_vs_full": scoring.mean(kls), "tf_kl_vs_full_ci95": list(scoring.bootstrap_ci(kls)),
             "ttft_median_s": scoring.median([x["ttft_s"] for x in mine]),
             "ttft_ratio_vs_full": scoring.median([f["ttft_s"] / x["ttft_s"] for f, x in zip(full, mine)]),

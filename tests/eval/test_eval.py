@@ -241,6 +241,7 @@ def test_cli_eval_and_needle_on_a_saved_tiny_model(tmp_path, capsys):
         for c in mine:
             assert c["same_as_full"] == scoring.exact_match(c["answer"], full_answer[(c["length"], c["depth"])])
         assert res["summary"][m]["same_as_full"] == pytest.approx(sum(c["same_as_full"] for c in mine) / len(mine))
+        assert res["summary"][m]["same_as_full_ci95"] == list(scoring.wilson_ci([c["same_as_full"] for c in mine]))
     assert res["summary"]["full"]["same_as_full"] == 1.0
     by = {(c["length"], c["depth"], c["method"]): c["ttft_s"] for c in res["cells"]}
     for m in ("naive", "legolink-4", "qr-50"):  # the median over cells of full's link time / the method's
