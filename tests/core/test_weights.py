@@ -53,6 +53,23 @@ def test_a_quantized_layer_computes_with_its_dequantized_weight(kind):
     torch.testing.assert_close(bf(x).float(), (x.float() @ bf.dense_weight(torch.float32).t() + b), rtol=0.02, atol=0.1)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_int4_dequantization_is_bit_for_bit_the_reference_formula(dtype):
+    """The fast path (block layout unpacked in one casting copy, scale and zero broadcast in place)
+    gives the same bits as ``(codes - 8) * scale + zero`` with both repeated to ``(N, K)``: KV
+    compiled before the fast path links with it unchanged."""
+    torch.manual_seed(0)
+    w = torch.randn(256, 192) * 3
+    codes, scales, zeros = quantize_int4(w)
+    layer = Int4Linear(codes, scales, zeros, None, dtype)
+    sz = layer.scales_zeros.to(dtype)
+    ref = ((unpack_int4(layer.packed).to(dtype) - 8) * sz[..., 0].t().repeat_interleave(32, dim=1)
+           + sz[..., 1].t().repeat_interleave(32, dim=1))
+    got = layer.dense_weight(dtype)
+    assert got.shape == (256, 192) and got.dtype == dtype and got.is_contiguous()
+    assert torch.equal(got, ref)
+
+
 @pytest.mark.parametrize("ggml", ["Q4_0", "Q4_1", "Q4_K"])
 def test_gguf_4_bit_blocks_map_onto_int4_exactly(ggml):
     import gguf

@@ -154,11 +154,25 @@ class Int4Linear(_WeightOnly):
         return out_features % _BLOCK_N == 0 and in_features % GROUP == 0
 
     def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        """``(N, K)`` dequantized weight."""
+        """``(N, K)`` dequantized weight, bit for bit ``(unpack_int4(packed) - 8) * scale + zero``
+        computed in ``dtype``.
+
+        Every forward of more than :data:`DENSE_FROM` rows pays this once per layer, so on a link
+        it is most of the fixed cost (docs/RESULTS.md §23): the codes go from the kernel's block
+        layout to ``(N, K)`` in one casting copy per nibble, as ``q - 8`` in int8 (exact), and the
+        group's scale and zero point are broadcast in place instead of repeated to ``(N, K)``.
+        """
+        b = pack_block()
+        n, half = self.packed.shape
+        k = 2 * half
+        blocks = self.packed.view(n // b, k, b // 2)  # byte (k, i) of a block: rows i and i + b/2
+        w = torch.empty(n // b, b, k, dtype=dtype, device=self.packed.device)
+        w[:, : b // 2].copy_(((blocks & 15).view(torch.int8) - 8).transpose(1, 2))
+        w[:, b // 2:].copy_(((blocks >> 4).view(torch.int8) - 8).transpose(1, 2))
         sz = self.scales_zeros.to(dtype)
-        scale = sz[..., 0].t().repeat_interleave(GROUP, dim=1)
-        zero = sz[..., 1].t().repeat_interleave(GROUP, dim=1)
-        return (unpack_int4(self.packed).to(dtype) - 8) * scale + zero
+        groups = w.view(n, k // GROUP, GROUP)
+        groups.mul_(sz[..., 0].t().unsqueeze(-1)).add_(sz[..., 1].t().unsqueeze(-1))
+        return w.view(n, k)
 
     def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
         if flat.dtype != self.scales_zeros.dtype:
