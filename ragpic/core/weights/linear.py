@@ -157,7 +157,7 @@ class Int4Linear(_WeightOnly):
         """``(N, K)`` dequantized weight, bit for bit ``(unpack_int4(packed) - 8) * scale + zero``
         computed in ``dtype``.
 
-        Every forward of more than :data:`DENSE_FROM` rows pays this once per layer, so on a link
+        Every forward of :data:`DENSE_FROM` rows or more pays this once per layer, so on a link
         it is most of the fixed cost (docs/RESULTS.md §23): the codes go from the kernel's block
         layout to ``(N, K)`` in one casting copy per nibble, as ``q - 8`` in int8 (exact), and the
         group's scale and zero point are broadcast in place instead of repeated to ``(N, K)``.
