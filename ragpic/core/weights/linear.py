@@ -53,9 +53,15 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
 
 def _unpack(packed: torch.Tensor, block: int) -> torch.Tensor:
     n, half = packed.shape
-    blocks = packed.reshape(n // block, 2 * half, block // 2)
-    codes = torch.cat((blocks & 15, blocks >> 4), dim=2)  # (N/block, K, block)
-    return codes.transpose(1, 2).reshape(n, 2 * half)
+    return torch.cat(_nibbles(packed, block), dim=1).reshape(n, 2 * half)
+
+
+def _nibbles(packed: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The codes of each block's first and second ``block / 2`` rows of ``packed`` ``(N, K/2)``:
+    two ``(N/block, block/2, K)`` uint8 transposed views (the layout :func:`unpack_int4` describes)."""
+    n, half = packed.shape
+    blocks = packed.reshape(n // block, 2 * half, block // 2)  # byte (k, i) of a block: rows i and i + block/2
+    return (blocks & 15).transpose(1, 2), (blocks >> 4).transpose(1, 2)
 
 
 @functools.cache
@@ -165,10 +171,10 @@ class Int4Linear(_WeightOnly):
         b = pack_block()
         n, half = self.packed.shape
         k = 2 * half
-        blocks = self.packed.view(n // b, k, b // 2)  # byte (k, i) of a block: rows i and i + b/2
+        low, high = _nibbles(self.packed, b)
         w = torch.empty(n // b, b, k, dtype=dtype, device=self.packed.device)
-        w[:, : b // 2].copy_(((blocks & 15).view(torch.int8) - 8).transpose(1, 2))
-        w[:, b // 2:].copy_(((blocks >> 4).view(torch.int8) - 8).transpose(1, 2))
+        w[:, : b // 2].copy_(low.view(torch.int8) - 8)
+        w[:, b // 2:].copy_(high.view(torch.int8) - 8)
         sz = self.scales_zeros.to(dtype)
         groups = w.view(n, k // GROUP, GROUP)
         groups.mul_(sz[..., 0].t().unsqueeze(-1)).add_(sz[..., 1].t().unsqueeze(-1))
