@@ -52,6 +52,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto",
                    help="weight format (default auto: a .gguf keeps its own 4-bit blocks, the rest int4, in bf16, "
                         "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")
+    p.add_argument("--hold-dense", action="store_true",
+                   help="under quantized weights, keep each layer's dequantized weight once made: links and "
+                        "prefills skip the dequantization, for the dense weights' memory")
     p.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the full results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -233,7 +236,8 @@ def _load(args):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
+    return load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights,
+                      hold_dense=args.hold_dense)
 
 
 def cmd_eval(args) -> int:

@@ -232,6 +232,7 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     banded_attention: bool = True,
     weights: str | WeightFormat = "auto",
+    hold_dense: bool = False,
 ) -> LoadedModel:
     """Load a local (or already-downloaded) HF causal LM, or the embedded default.
 
@@ -247,6 +248,10 @@ def load_model(
         weights: ``"auto"`` (a GGUF keeps its own blocks on a CPU with native bf16, else dense),
             ``"dense"``, ``"int8"``, ``"int4"`` or ``"gguf"`` (:mod:`ragpic.core.weights`);
             a quantized format computes in bf16 unless ``dtype`` says otherwise.
+        hold_dense: under a quantized format, keep each layer's dense weight once a link or
+            prefill has made it (:func:`~ragpic.core.weights.linear.hold_dense_weights`): every
+            later pass skips the dequantization, for the dense weights' memory; decode still
+            reads the quantized weights. No effect on dense weights or on the fingerprint.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -276,6 +281,11 @@ def load_model(
             from ragpic.core.weights.apply import quantize_model
 
             summary = quantize_model(model, fmt).summary()
+    if hold_dense and fmt.quantized:
+        from ragpic.core.weights.linear import hold_dense_weights
+
+        held = hold_dense_weights(model, True)
+        summary = f"{summary}; " * bool(summary) + f"dense copies of {held} layers held for prefill"
     return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention, weights=fmt,
                       weights_summary=summary)
 

@@ -59,7 +59,7 @@ class RagPic:
         self._auto: Choice | None = None  # what method="auto" resolved to, on first use
         self._auto_lock = threading.Lock()
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype,
-                                   weights=self.config.weights)
+                                   weights=self.config.weights, hold_dense=self.config.hold_dense)
         self.store = store or open_store(
             self.config.store,
             fingerprint=self.lm.fingerprint,

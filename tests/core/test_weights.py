@@ -109,6 +109,37 @@ def test_a_gguf_kept_in_its_own_blocks_gives_the_dequantized_models_logits(tmp_p
                                        rtol=1e-5, atol=1e-4)
 
 
+def test_held_dense_weights_give_the_same_bits_and_are_made_once(tmp_path, monkeypatch):
+    """hold_dense keeps each layer's dequantized weight after its first prefill: later prefills
+    reuse it (no dequantization) and give bit-identical logits, decode rows still run the
+    weight-only kernel, and the fingerprint is the quantized model's."""
+    from ragpic.core.model import load_model
+    from ragpic.core.weights.linear import Int4Linear, hold_dense_weights
+
+    monkeypatch.setenv("RAGPIC_HOME", str(tmp_path / "home"))
+    path = tmp_path / "tiny-Q4_0.gguf"
+    write_tiny_gguf(path, "qwen2", quant="Q4_0", num_key_value_heads=4)
+    plain = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf")
+    held = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf", hold_dense=True)
+    assert held.fingerprint == plain.fingerprint and "held for prefill" in held.weights_summary
+    layers = [m for m in held.model.modules() if isinstance(m, Int4Linear)]
+    assert layers and all(m._held is None for m in layers)
+    ids = torch.arange(3, 3 + DENSE_FROM + 8)[None]
+    calls = []
+    for m in layers:
+        m.dense_weight = (lambda f: lambda dtype: calls.append(1) or f(dtype))(m.dense_weight)
+    with torch.no_grad():
+        first = held.model(ids).logits
+        made = len(calls)
+        again = held.model(ids).logits
+        assert made == len(layers) and len(calls) == made  # made at the first prefill, never again
+        assert torch.equal(first, again) and torch.equal(first, plain.model(ids).logits)
+        torch.testing.assert_close(held.model(ids[:, :5]).logits, plain.model(ids[:, :5]).logits, rtol=0, atol=0)
+    assert len(calls) == made  # a few rows: the kernel, not the dense copy
+    assert all(m._held is not None and m._held.dtype == torch.bfloat16 for m in layers)
+    assert hold_dense_weights(held.model, False) == len(layers) and all(m._held is None for m in layers)
+
+
 def test_weight_names_are_checked_and_auto_resolves_by_machine():
     cpu, gpu = torch.device("cpu"), torch.device("cuda:0")
     assert parse_weights("int8") is WeightFormat.INT8
@@ -133,3 +164,5 @@ def test_config_takes_a_weight_format_and_names_the_argument_when_wrong():
     assert Config(weights="int4").weights is WeightFormat.INT4 and Config().weights is WeightFormat.AUTO
     with pytest.raises(ConfigError, match="weights must be one of"):
         Config(weights="q4")
+    with pytest.raises(ConfigError, match="hold_dense must be True or False"):
+        Config(hold_dense="yes")

@@ -20,8 +20,8 @@ import functools
 import torch
 from torch import nn
 
-__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "pack_block", "pack_int4",
-           "quantize_int4", "quantize_int8", "unpack_int4"]
+__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "hold_dense_weights",
+           "pack_block", "pack_int4", "quantize_int4", "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
 GROUP = 32  # inputs per int4 scale and zero point: a GGUF Q4 block, the kernel's smallest group
@@ -90,10 +90,17 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 class _WeightOnly(nn.Module):
     """What both quantized linears share: the kernel for a few rows, the dense GEMM from
-    :data:`DENSE_FROM` rows on (or when the activations are not in the scales' dtype)."""
+    :data:`DENSE_FROM` rows on (or when the activations are not in the scales' dtype).
+
+    ``hold_dense`` (set by :func:`hold_dense_weights`): keep the dense weight the first such
+    forward makes, so later ones skip the dequantization. It is a copy made from the codes,
+    not a buffer: the state dict and the fingerprint see the codes only.
+    """
 
     in_features: int
     out_features: int
+    hold_dense: bool = False
+    _held: torch.Tensor | None = None
 
     def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
         raise NotImplementedError
@@ -102,14 +109,40 @@ class _WeightOnly(nn.Module):
         """``(M, K)`` -> ``(M, N)`` through the weight-only kernel, or None where it does not apply."""
         raise NotImplementedError
 
+    def _dense(self, dtype: torch.dtype) -> torch.Tensor:
+        held = self._held
+        if held is not None and held.dtype == dtype:
+            return held
+        w = self.dense_weight(dtype)
+        if self.hold_dense:
+            self._held = w
+        return w
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
         y = self.kernel(flat) if flat.shape[0] < DENSE_FROM else None
         if y is None:
-            y = nn.functional.linear(flat, self.dense_weight(flat.dtype))
+            y = nn.functional.linear(flat, self._dense(flat.dtype))
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def hold_dense_weights(model: nn.Module, hold: bool) -> int:
+    """Make every weight-only linear layer of ``model`` keep (``hold``) or drop the dense copy of
+    its weight that forwards of :data:`DENSE_FROM` rows or more run on; returns how many layers.
+
+    Held, a link or prefill pass skips the dequantization, its largest fixed cost under
+    quantized weights (~1.2 s a pass on Qwen2.5-Coder-1.5B, 2 threads; docs/RESULTS.md §24),
+    for the dense weights' memory (2 bytes a weight in bf16: ~2.6 GB on the 1.5B), filled at
+    each layer's first such forward. Decoding a few rows still reads the quantized codes.
+    """
+    layers = [m for m in model.modules() if isinstance(m, _WeightOnly)]
+    for m in layers:
+        m.hold_dense = hold
+        if not hold:
+            m._held = None
+    return len(layers)
 
 
 class Int8Linear(_WeightOnly):
