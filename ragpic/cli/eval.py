@@ -292,11 +292,13 @@ def cmd_bench(args) -> int:
                        repeats=args.repeats, methods=args.methods, measure_memory=not args.no_memory,
                        progress=_progress(args), peers=peers, answer_tokens=args.answer_tokens,
                        answer_peer=answer_peer)
+    result["config"].update(weights=str(lm.weights), weights_summary=lm.weights_summary,
+                            cpu=torch.backends.cpu.get_cpu_capability())
     if args.answer_tokens:
         bw = bandwidth_gb_s()
-        result["config"].update(answer_peer="llama.cpp" if answer_peer else None, weights=str(lm.weights), weights_summary=lm.weights_summary, bandwidth_gb_s=bw,
+        result["config"].update(answer_peer="llama.cpp" if answer_peer else None, bandwidth_gb_s=bw,
                                 decode_limit_tok_s=decode_limit_tok_s(lm, bw), loaded_peak_rss_mb=loaded_rss,
-                                peak_rss_mb=peak_rss_mb(), cpu=torch.backends.cpu.get_cpu_capability())
+                                peak_rss_mb=peak_rss_mb())
         print(f"weights {lm.weights} ({lm.weights_summary or lm.dtype}); bandwidth {bw:.1f} GB/s -> decode limit "
               f"{result['config']['decode_limit_tok_s']:.1f} tok/s; peak RSS {peak_rss_mb():.0f} MiB", file=sys.stderr)
     print(format_table(result))

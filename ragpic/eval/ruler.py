@@ -80,7 +80,8 @@ def run_ruler(lm: LoadedModel, haystack_dir: str | Path, *, tasks: Sequence[str]
     return {"config": {"tasks": tasks, "lengths": list(lengths), "samples": samples, "seed": seed,
                        "methods": methods, "chunk_tokens": chunk_tokens, "max_new_tokens": max_new_tokens,
                        "task_max_new_tokens": {t: TASKS[t].max_new_tokens for t in tasks},
-                       "model": lm.name, "fingerprint": lm.fingerprint, "dtype": str(lm.dtype)},
+                       "model": lm.name, "fingerprint": lm.fingerprint, "dtype": str(lm.dtype),
+                       "weights": str(lm.weights), "weights_summary": lm.weights_summary},
             "samples": records, "summary": summarize(records, tasks, lengths, methods),
             "overall": _aggregate(records, methods)}
 
