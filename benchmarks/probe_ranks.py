@@ -23,6 +23,7 @@ import sys
 import torch
 
 from ragpic.core.forward import recompute_rows
+from ragpic.core.link.hops import rank_runs
 from ragpic.core.link.pieces import linker_for
 from ragpic.core.link.plan import fill_cached_rows, new_cache
 from ragpic.core.link.query_guided import chunk_spans, trailing_text_rows
@@ -46,9 +47,17 @@ def needle_starts(tokenizer, ids: list[int], needles) -> list[int]:
     return out
 
 
-def budget_to_cover(weights: list[float], runs, starts: list[int], chunk_tokens: int) -> float:
-    """Share of the chunk tokens the best-first ranking takes before every needle's run is in."""
-    order = sorted(range(len(runs)), key=lambda j: -weights[j])
+def ranking(score: torch.Tensor, runs, how: str) -> list[int]:
+    """Run indices best first: ``sum`` is ``qr``'s own ranking (:func:`rank_runs`), ``max`` ranks
+    by a run's most attended token (ties keep the earlier run, as there)."""
+    if how == "sum":
+        return rank_runs(score, runs)[1]
+    best = [float(score[a:b].max()) for a, b in runs]
+    return sorted(range(len(runs)), key=lambda j: -best[j])
+
+
+def budget_to_cover(order: list[int], runs, starts: list[int], chunk_tokens: int) -> float:
+    """Share of the chunk tokens the ranking ``order`` takes before every needle's run is in."""
     rank = {j: r for r, j in enumerate(order)}
     worst = max(rank[j] for p in starts for j, (a, b) in enumerate(runs) if a <= p < b)
     return sum(runs[j][1] - runs[j][0] for j in order[:worst + 1]) / chunk_tokens
@@ -88,10 +97,10 @@ def main() -> None:
                                ("middle", slice(n_layers // 4, 3 * n_layers // 4)), ("all", slice(None))):
                 score = per_layer[sl].mean(0)
                 for how in ("sum", "max"):
-                    w = [float(score[a:b].sum() if how == "sum" else score[a:b].max()) for a, b in runs]
-                    best = sorted(range(len(runs)), key=lambda j: -w[j])[:math.ceil(0.05 * len(runs))]
+                    order = ranking(score, runs, how)
+                    best = order[:math.ceil(0.05 * len(runs))]
                     row[f"{layers}/{how}"] = {
-                        "budget_to_cover": round(budget_to_cover(w, runs, starts, chunk_tokens), 3) if starts else None,
+                        "budget_to_cover": round(budget_to_cover(order, runs, starts, chunk_tokens), 3) if starts else None,
                         "chunk_starts_in_top5pct": sum(1 for j in best if first[runs[j][0]])}
             print(json.dumps(row), flush=True)
             rows.append(row)
