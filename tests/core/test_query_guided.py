@@ -103,6 +103,9 @@ def test_probe_inside_the_model_matches_eager_attention_weights():
     assert len(probe.layers) == len(weights) == 2
     for got, w in zip(probe.layers, weights):
         assert torch.allclose(got, w[0, :, -3:].sum(dim=(0, 1)), atol=1e-4)
+    deep = AttentionProbe(rows=3, from_layer=1)  # what qr ranks by: the shallow layer is not scored
+    recompute_rows(lm, new_cache(lm, n), ids, torch.arange(n), n, deep)
+    assert deep.calls == 2 and len(deep.layers) == 1 and torch.equal(deep.scores(), probe.layers[1])
 
 
 def test_a_model_off_ragpic_attention_gets_a_clear_error():

@@ -40,14 +40,15 @@ def test_flops_closed_form_and_limits():
     assert naive < blend < full
     assert blend == pytest.approx(2 * (full - head) / L + head + 2 * (per_tok * (8 + 10) + 4 * 64 * (
         sum(p + 1 for p in range(64, 72)) + 0.15 * sum(range(1, 65)))))
-    # qr: its legolink-4 first pass, then 10% of the chunk tokens (7 rows, spread) + the 8 query rows again
+    # qr: its legolink-4 first pass, then 10% of the tokens of the chunks that can be wrong (the
+    # second: the first starts at 0, where its KV is full's) (4 rows, spread) + the 8 query rows again
     qr = method_flops(lm, segs, "qr-10-k4")
-    assert qr == pytest.approx(lego + L * (per_tok * (7 + 8) + 4 * 64 * (
-        sum(p + 1 for p in range(64, 72)) + 0.1 * sum(range(1, 65)))) + head)
+    assert qr == pytest.approx(lego + L * (per_tok * (4 + 8) + 4 * 64 * (
+        sum(p + 1 for p in range(64, 72)) + 0.1 * sum(range(33, 65)))) + head)
     # qp: its probe pass (legolink-4's rows through 2 of the 4 layers), then one forward over
-    # legolink-4's rows plus 10% of the chunk tokens (7 rows, spread)
+    # legolink-4's rows plus 10% of the second chunk's tokens (4 rows, spread)
     qp = method_flops(lm, segs, "qp-10-k4")
-    assert qp == pytest.approx(lego + (lego - head) / 2 + L * (per_tok * 7 + 4 * 64 * 0.1 * sum(range(1, 65))))
+    assert qp == pytest.approx(lego + (lego - head) / 2 + L * (per_tok * 4 + 4 * 64 * 0.1 * sum(range(33, 65))))
     # probing 3 of the 4 layers instead
     deep = method_flops(lm, segs, "qp-10-k4-d75")
     assert deep == pytest.approx(qp + (lego - head) / 4)

@@ -32,7 +32,6 @@ import torch
 from ragpic.core.forward import recompute_rows
 from ragpic.core.link.hops import rank_runs, select_with_hops, take_runs
 from ragpic.core.link.plan import Linker
-from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.attention_probe import AttentionProbe
@@ -56,10 +55,14 @@ when every layer ranks: better at the budgets that repair most, worse at 3%."""
 
 
 def chunk_spans(segments: Sequence[Segment], span: int = SPAN) -> list[tuple[int, int]]:
-    """``[start, end)`` global positions of every run of ``span`` tokens, from each chunk's start."""
+    """``[start, end)`` global positions of every run of ``span`` tokens, from each chunk's start.
+
+    A chunk at position 0 (a kept prefix, :mod:`ragpic.engine.prefix`, or a prompt that
+    starts with a chunk) has no runs: its compiled KV is already ``full``'s, so repairing it
+    would buy nothing, and the budget ``r`` counts only chunks that can be wrong."""
     runs = []
     for seg, start in zip(segments, segment_starts(segments)):
-        if seg.is_chunk:
+        if seg.is_chunk and start > 0:
             runs += [(a, min(a + span, start + seg.num_tokens)) for a in range(start, start + seg.num_tokens, span)]
     return runs
 
@@ -77,8 +80,9 @@ def trailing_text_rows(segments: Sequence[Segment]) -> int:
 def spread_rows(segments: Sequence[Segment], ratio: float) -> tuple[int, float]:
     """``ratio`` of the chunk tokens as ``(rows, sum of their (position + 1))``, counted as spread
     evenly over the chunks: the FLOP count of a selection that depends on the data."""
-    chunk = (~Linker(parse_method("naive")).recompute(segments)).nonzero().squeeze(1).double() + 1
-    return math.ceil(ratio * chunk.numel()), ratio * float(chunk.sum())
+    runs = chunk_spans(segments)
+    tokens = sum(b - a for a, b in runs)
+    return math.ceil(ratio * tokens), ratio * sum((a + 1 + b) * (b - a) / 2 for a, b in runs)
 
 
 def check_probe_runs(lm: LoadedModel, method: str) -> None:
@@ -135,10 +139,10 @@ class QueryGuided(Linker):
         """
         check_probe_runs(lm, self.name)
         n, first = ids.numel(), rec
-        probe = AttentionProbe(rows=trailing_text_rows(segments))
+        probe = AttentionProbe(rows=trailing_text_rows(segments), from_layer=int(PROBE_FROM_LAYER * lm.num_layers))
         pos1 = first.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos1, n, probe)
-        scores = probe.scores(int(PROBE_FROM_LAYER * lm.num_layers)).cpu()  # the pass's one sync
+        scores = probe.scores().cpu()  # the pass's one sync
         runs = chunk_spans(segments)
         chosen = select_runs(scores, runs, self.method, ids)
         if not chosen.any():  # no chunks: the first pass computed every row

@@ -23,18 +23,27 @@ class AttentionProbe:
 
     Attributes:
         rows: how many of the forward's last query rows are probed (the question).
-        layers: one ``(N,)`` fp32 tensor per layer, in layer order: softmax probabilities
-            summed over the probed rows and every query head (each row's sum over keys is 1,
-            so a layer's total is ``rows x H``).
+        from_layer: the first layer scored; the calls of earlier layers are only counted. The
+            probe costs ``H x rows x N`` fp32 scores a layer, so a link that ranks by the
+            deeper layers does not pay for the shallow ones.
+        layers: one ``(N,)`` fp32 tensor per scored layer, in layer order: softmax
+            probabilities summed over the probed rows and every query head (each row's sum
+            over keys is 1, so a layer's total is ``rows x H``).
+        calls: attention calls seen, scored or not (the next call's layer index).
     """
 
     rows: int
+    from_layer: int = 0
     layers: list[torch.Tensor] = field(default_factory=list)
+    calls: int = 0
 
     def record(self, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None,
                scaling: float | None) -> None:
         """Score one layer. ``query``: ``(1, H, R, D)``; ``key``: ``(1, H_kv, N, D)``;
         ``mask``: ``(1, 1, R, N)`` additive (None: every row sees every key)."""
+        self.calls += 1
+        if self.calls <= self.from_layer:
+            return
         h, r, d = query.shape[1:]
         kv_heads, n = key.shape[1], key.shape[2]
         rows = min(self.rows, r)
@@ -48,8 +57,9 @@ class AttentionProbe:
             scores = scores + m.expand(1, g, rows, n).reshape(1, 1, g * rows, n)
         self.layers.append(scores.softmax(dim=-1).sum(dim=(0, 1, 2)))
 
-    def scores(self, first_layer: int = 0) -> torch.Tensor:
-        """``(N,)`` fp32: the per-layer probabilities averaged over layers ``first_layer..L-1``."""
+    def scores(self) -> torch.Tensor:
+        """``(N,)`` fp32: the per-layer probabilities averaged over the scored layers."""
         if not self.layers:
-            raise RuntimeError("the probe saw no attention call: the model does not run ragpic's attention")
-        return torch.stack(self.layers[first_layer:]).mean(dim=0)
+            raise RuntimeError("the probe saw no attention call past layer "
+                               f"{self.from_layer}: the model does not run ragpic's attention")
+        return torch.stack(self.layers).mean(dim=0)
