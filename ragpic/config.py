@@ -60,6 +60,11 @@ class Config:
             of fp32, at a measurable +8% KL).
         compile_on_miss: compile chunks found in a prompt but not in the store (and store them);
             when ``False`` they are simply computed as text.
+        prefix_cache_tokens: rows of leading prompt text (template, system prompt, the
+            instruction before the context) whose KV the engine keeps from one link to the next
+            that starts with the same tokens, in memory, least recently used out; ``0``: off.
+            Exact (nothing precedes those tokens), so every method links the same bits it
+            would compute (:mod:`ragpic.engine.prefix`; docs/RESULTS.md §25).
         max_new_tokens, temperature, top_p: decoding defaults.
         system_prompt: system message put before user prompts (``None``: the template's own).
         batch_tokens: padded tokens per compile forward (ingest throughput vs memory).
@@ -81,6 +86,7 @@ class Config:
     store_stats_interval_s: float = 300.0
     kv_quant: str | KVQuant = "int8"
     compile_on_miss: bool = True
+    prefix_cache_tokens: int = 8192
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
@@ -100,6 +106,7 @@ class Config:
         for name in ("max_new_tokens", "batch_tokens", "min_chunk_tokens"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)
+        check_int("prefix_cache_tokens", self.prefix_cache_tokens, minimum=0)
         check_number("store_size_limit_gb", self.store_size_limit_gb, "a number of GiB > 0", lambda v: v > 0)
         check_number("store_stats_interval_s", self.store_stats_interval_s, "a number of seconds >= 0 "
                      "(0: only on close)", lambda v: v >= 0)

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from ragpic.checks import check_number
-from ragpic.cli.eval import _check_common, _load, _progress, _write_json, add_model_args
+from ragpic.cli.eval import _check_common, _load, _progress, _write_json, add_model_args, add_prefix_arg
 from ragpic.cli.ruler import TASK_NAMES, _task_list
 from ragpic.cmdline import at_least, csv_of, method_list
 from ragpic.errors import ConfigError, UsageError
@@ -56,6 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dir", default=None, metavar="FOLDER",
                    help="where calibrations live (default: the ragpic cache folder, where auto looks)")
     add_model_args(p)
+    add_prefix_arg(p)
     p.set_defaults(func=cmd_calibrate, check=check_calibrate, plot=None)
 
 
@@ -71,7 +72,7 @@ def cmd_calibrate(args) -> int:
 
     lm = _load(args)
     cal = run_calibration(lm, recipes=args.recipes, tasks=args.tasks, lengths=args.lengths, samples=args.samples,
-                          musique=args.musique, progress=_progress(args))
+                          musique=args.musique, progress=_progress(args), prefix_cache=args.prefix_cache)
     print(format_calibration(cal, args.fidelity))
     path = save_calibration(cal, args.dir)
     print(f"wrote {path}", file=sys.stderr)

@@ -40,6 +40,14 @@ uncached query. Reports medians of interleaved repeats, the speed-up vs `full`, 
 FLOP-count limit of that speed-up, and the link step's peak memory."""
 
 
+def add_prefix_arg(p: argparse.ArgumentParser) -> None:
+    """``--no-prefix-cache``, for the commands whose prompts have a leading text."""
+    p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                   help="recompute each prompt's leading text (template, instruction) in every linked method "
+                        "instead of linking it from the rows full computed for it, as the engine does by "
+                        "default (exact either way)")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Options every model-running command shares."""
     p.add_argument("--model", default=None,
@@ -75,6 +83,7 @@ def add_eval_parser(sub) -> None:
     ev.add_argument("--max-new-tokens", type=at_least(1), default=32)
     ev.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of teacher-forced KL / top-1 with CIs")
     add_model_args(ev)
+    add_prefix_arg(ev)
     ev.set_defaults(func=cmd_eval, check=check_eval)
 
 
@@ -129,6 +138,7 @@ def build_needle_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=at_least(1), default=32)
     p.add_argument("--plot", default=None, metavar="OUT.png", help="heat maps (one panel per method + one file each)")
     add_model_args(p)
+    add_prefix_arg(p)
     p.set_defaults(func=cmd_needle, check=check_needle)
     return p
 
@@ -246,7 +256,7 @@ def cmd_eval(args) -> int:
     lm = _load(args)
     report = evaluate_qa(lm, args.examples, args.methods, chunk_tokens=args.chunk_tokens,
                          passage_tokens=args.passage_tokens, max_new_tokens=args.max_new_tokens,
-                         progress=_progress(args))
+                         progress=_progress(args), prefix_cache=args.prefix_cache)
     print(format_table(report.methods))
     _write_json(args.json_out, report.to_json())
     if args.plot:
@@ -259,7 +269,8 @@ def cmd_needle(args) -> int:
 
     lm = _load(args)
     result = run_needle(lm, args.haystack, lengths=args.lengths, depths=args.depths, methods=args.methods,
-                        chunk_tokens=args.chunk_tokens, max_new_tokens=args.max_new_tokens, progress=_progress(args))
+                        chunk_tokens=args.chunk_tokens, max_new_tokens=args.max_new_tokens, progress=_progress(args),
+                        prefix_cache=args.prefix_cache)
     print(format_table(result))
     _write_json(args.json_out, result)
     if args.plot:
@@ -299,7 +310,8 @@ def cmd_bench(args) -> int:
         result["config"].update(answer_peer="llama.cpp" if answer_peer else None, bandwidth_gb_s=bw,
                                 decode_limit_tok_s=decode_limit_tok_s(lm, bw), loaded_peak_rss_mb=loaded_rss,
                                 peak_rss_mb=peak_rss_mb())
-        print(f"weights {lm.weights} ({lm.weights_summary or lm.dtype}); bandwidth {bw:.1f} GB/s -> decode limit "
+        weights = lm.weights_summary or f"weights {lm.weights} ({lm.dtype})"  # the summary names the format
+        print(f"{weights}; bandwidth {bw:.1f} GB/s -> decode limit "
               f"{result['config']['decode_limit_tok_s']:.1f} tok/s; peak RSS {peak_rss_mb():.0f} MiB", file=sys.stderr)
     print(format_table(result))
     _write_json(args.json_out, result)

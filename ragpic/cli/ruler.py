@@ -9,7 +9,7 @@ import argparse
 
 from ragpic.cmdline import Parser, at_least, csv_of, method_list
 from ragpic.errors import UsageError
-from ragpic.cli.eval import _check_common, _check_long_enough, _haystack, _load, _progress, _write_json, add_model_args
+from ragpic.cli.eval import _check_common, _check_long_enough, _haystack, _load, _progress, _write_json, add_model_args, add_prefix_arg
 
 # the names of ragpic.eval.ruler_tasks.TASKS, kept here so parsing needs no import of the eval package
 TASK_NAMES = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "cwe")
@@ -62,6 +62,7 @@ def build_ruler_parser() -> argparse.ArgumentParser:
                    help="answer budget for every task (default: each task's own, 32-64)")
     p.add_argument("--haystack", default=None, help="folder of .txt essays for filler (default: ragpic/data/haystack)")
     add_model_args(p)
+    add_prefix_arg(p)
     p.set_defaults(func=cmd_ruler, check=check_ruler, plot=None)
     return p
 
@@ -81,7 +82,7 @@ def cmd_ruler(args) -> int:
     lm = _load(args)
     result = run_ruler(lm, args.haystack, tasks=args.tasks, lengths=args.lengths, samples=args.samples,
                        seed=args.seed, methods=args.methods, chunk_tokens=args.chunk_tokens,
-                       max_new_tokens=args.max_new_tokens, progress=_progress(args))
+                       max_new_tokens=args.max_new_tokens, progress=_progress(args), prefix_cache=args.prefix_cache)
     print(format_table(result))
     _write_json(args.json_out, result)
     return 0

@@ -74,6 +74,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--hold-dense", action="store_true",
                    help="under quantized weights, keep each layer's dequantized weight once made: links skip "
                         "the dequantization (~1.2 s each on a 1.5B), for the dense weights' memory")
+    p.add_argument("--prefix-cache-tokens", type=at_least(0), default=8192, metavar="N",
+                   help="rows of leading prompt text (template, system prompt) whose exact KV is kept for the "
+                        "next request that starts with it (default 8192; 0: off)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run, check=check)
     return p
@@ -145,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
                            device=args.device, dtype=args.dtype, weights=args.weights,
-                           hold_dense=args.hold_dense))
+                           hold_dense=args.hold_dense, prefix_cache_tokens=args.prefix_cache_tokens))
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,

@@ -27,6 +27,7 @@ from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, Generat
 from ragpic.engine.calibration import Choice, choose, load_calibration
 from ragpic.engine.compile_plan import compile_and_store, plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
+from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.prompting import check_messages, format_chat
 from ragpic.engine.request import LinkedRequest
 from ragpic.engine.segmenting import build_segments, match_chunks
@@ -60,6 +61,8 @@ class RagPic:
         self._auto_lock = threading.Lock()
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype,
                                    weights=self.config.weights, hold_dense=self.config.hold_dense)
+        # the leading text's exact KV, from one link to the next (ARCHITECTURE §4.10)
+        self.prefixes = PrefixCache(self.lm.fingerprint, self.config.prefix_cache_tokens)
         self.store = store or open_store(
             self.config.store,
             fingerprint=self.lm.fingerprint,
@@ -240,7 +243,8 @@ class RagPic:
             raise ContextOverflowError(f"the prompt has {n} tokens, more than this server's limit of "
                                        f"{max_prompt_tokens} (--max-prompt-tokens): send fewer or shorter chunks")
         return LinkedRequest(self.lm, segs, m, params, stats=stats, pool=self._pool if pool is None else pool,
-                             piece_rows=piece_rows, arrived=arrived, model=self.lm.name)
+                             piece_rows=piece_rows, arrived=arrived, model=self.lm.name,
+                             prefixes=self.prefixes if self.config.prefix_cache_tokens else None)
 
     def stream(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
                method: str | Method | None = None, chat: bool = True, timeout: float | None = None,

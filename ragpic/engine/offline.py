@@ -20,6 +20,7 @@ from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, chunk_segment, concat_ids, text_segment
+from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.request import LinkedRequest
 
 __all__ = ["compile_ids", "layer_rows", "link_only", "new_pool", "prompt_ids", "prompt_segments", "request"]
@@ -57,16 +58,22 @@ def layer_rows(segments: Sequence[Segment], method: Method, num_layers: int) -> 
     return linker_for(method).layer_rows(segments, num_layers)
 
 
+def new_prefixes(lm: LoadedModel, enabled: bool = True) -> PrefixCache | None:
+    """A prefix cache as the engine's (``Config.prefix_cache_tokens``' default), or None when not ``enabled``."""
+    return PrefixCache(lm.fingerprint) if enabled else None
+
+
 def new_pool() -> SlabPool:
     """Linked-cache memory reused from one link to the next (as the engine's own)."""
     return SlabPool()
 
 
 def request(lm: LoadedModel, segments: Sequence[Segment], method: Method, max_new_tokens: int, *,
-            extra_rows: int = 0, pool: SlabPool | None = None) -> LinkedRequest:
-    """A greedy :class:`LinkedRequest` of ``segments`` (every chunk compiled ahead, none from a store)."""
+            extra_rows: int = 0, pool: SlabPool | None = None, prefixes: PrefixCache | None = None) -> LinkedRequest:
+    """A greedy :class:`LinkedRequest` of ``segments`` (every chunk compiled ahead, none from a
+    store; the leading text from ``prefixes`` when it holds it, as the engine's)."""
     return LinkedRequest(lm, segments, method, Sampling(max_new_tokens=max_new_tokens), extra_rows=extra_rows,
-                         pool=pool)
+                         pool=pool, prefixes=prefixes)
 
 
 def link_only(lm: LoadedModel, segments: Sequence[Segment], method: Method,

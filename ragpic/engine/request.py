@@ -27,12 +27,13 @@ from ragpic.core.batch import BatchNotHonoured, batched_decode_step, supports_ba
 from ragpic.core.decode import Decoder, Sampling
 from ragpic.engine.detok import Detokenizer
 from ragpic.core.forward import forward_rows
-from ragpic.core.link import ChunkedLink, LinkResult
+from ragpic.core.link import ChunkedLink, LinkResult, linker_for
 from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, segment_starts
 from ragpic.engine.generation import Generation, MatchStats
+from ragpic.engine.prefix import PrefixCache
 
 __all__ = ["LinkedRequest", "step_many", "token_counts"]
 
@@ -66,6 +67,9 @@ class LinkedRequest:
         extra_rows: rows reserved beyond ``max_new_tokens`` (teacher forcing needs one more).
         arrived: ``time.perf_counter()`` when the request arrived: ``ttft_s`` runs from it.
         model: the model name the :class:`Generation` reports.
+        prefixes: leading-text KV kept from earlier links (:class:`~ragpic.engine.prefix.PrefixCache`):
+            the prompt's leading text is linked from it when it holds those ids, and this link's
+            leading rows are kept in it otherwise (None: neither).
 
     Raises what :class:`ragpic.core.link.ChunkedLink` raises for a prompt that cannot link
     (empty, over the window, KV of another model or recipe), before any model work.
@@ -73,10 +77,13 @@ class LinkedRequest:
 
     def __init__(self, lm: LoadedModel, segments: Sequence[Segment], method: Method, sampling: Sampling, *,
                  stats: MatchStats | None = None, pool: SlabPool | None = None, piece_rows: int | None = None,
-                 extra_rows: int = 0, arrived: float | None = None, model: str = ""):
+                 extra_rows: int = 0, arrived: float | None = None, model: str = "",
+                 prefixes: PrefixCache | None = None):
         self.lm, self.method, self.sampling, self.pool = lm, method, sampling, pool
-        self.segments = list(segments)
-        self.stats = stats if stats is not None else MatchStats(matched=sum(s.is_chunk for s in self.segments))
+        self.stats = stats if stats is not None else MatchStats(matched=sum(s.is_chunk for s in segments))
+        self.prefixes = prefixes
+        # in place of the leading text, not before it: segment indices (stats.fresh) still hold
+        self.segments = list(segments) if prefixes is None else prefixes.apply(segments, linker_for(method))
         self.arrived = time.perf_counter() if arrived is None else arrived
         self.model = model or lm.name
         self.linker = ChunkedLink(lm, self.segments, method, extra_capacity=sampling.max_new_tokens + extra_rows,
@@ -109,12 +116,17 @@ class LinkedRequest:
 
     # ----- link --------------------------------------------------------------------------
     def link_piece(self) -> bool:
-        """Run the link's next piece; True once the link is complete."""
-        return self.linker.advance()
+        """Run the link's next piece; True once the link is complete (its leading text's rows
+        then kept in ``prefixes``, when given)."""
+        was_done = self.linker.done
+        done = self.linker.advance()
+        if done and not was_done and self.prefixes is not None:
+            self.prefixes.keep(self.segments, self.linker.result)
+        return done
 
     def link(self) -> "LinkedRequest":
         """Run the whole (rest of the) link; returns ``self``."""
-        while not self.linker.advance():
+        while not self.link_piece():
             pass
         return self
 

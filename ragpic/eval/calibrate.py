@@ -44,26 +44,29 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
                     tasks: Sequence[str] | None = None, lengths: Sequence[int] = (2048,), samples: int = 2,
                     musique: int = 8, seed: int = CALIBRATION_SEED, qa: Sequence[QAExample] | None = None,
                     max_new_tokens: int | None = None, chunk_tokens: int = 512, passage_tokens: int | None = 192,
-                    progress: Callable[[str], None] | None = None) -> Calibration:
+                    progress: Callable[[str], None] | None = None, prefix_cache: bool = True) -> Calibration:
     """Run the calibration set with ``full`` and every recipe; returns the :class:`Calibration`.
 
     ``musique``: how many of the bundled MuSiQue questions (0: none); ``qa``: other QA examples
     instead (task ``qa``); ``max_new_tokens``: every answer's budget (default: each task's own);
     ``chunk_tokens``: the RULER prompts' chunk size; ``passage_tokens``: each QA passage cut to
     this many tokens (192: the documented ``ragpic eval`` run's ~2k-token prompts; ``None``: whole,
-    ~6k tokens and 3x the time).
+    ~6k tokens and 3x the time); ``prefix_cache``: the recipes link each prompt's leading text
+    from ``full``'s rows, as the engine does by default, so the speed-ups are the engine's.
     """
     methods = normalize_methods(recipes, ())  # canonical names, full first: run_ruler's keys
     recipes = methods[1:]
     tasks = list(tasks or TASKS)
     ruler = run_ruler(lm, default_haystack(), tasks=tasks, lengths=lengths, samples=samples, seed=seed,
-                      methods=methods, chunk_tokens=chunk_tokens, max_new_tokens=max_new_tokens, progress=progress)
+                      methods=methods, chunk_tokens=chunk_tokens, max_new_tokens=max_new_tokens, progress=progress,
+                      prefix_cache=prefix_cache)
     scores = {t: {m: [r["methods"][m]["score"] for r in ruler["samples"] if r["task"] == t] for m in methods}
               for t in tasks}
     times = {m: [r["methods"][m]["ttft_s"] for r in ruler["samples"]] for m in methods}
     examples = qa if qa is not None else load_qa(default_dataset(), limit=musique) if musique else []
     if examples:
         report = evaluate_qa(lm, examples, methods, passage_tokens=passage_tokens, progress=progress,
+                             prefix_cache=prefix_cache,
                              **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}))
         name = "qa" if qa is not None else "musique"
         scores[name] = {m: [q["methods"][m]["f1"] for q in report.questions] for m in methods}
@@ -76,7 +79,7 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
         recipes=[RecipeScore(m, {t: _shares(s["full"], s[m]) for t, s in scores.items()}, speedup[m]) for m in recipes],
         setup={"seed": seed, "tasks": tasks, "lengths": list(lengths), "samples": samples,
                "qa": len(examples), "qa_set": "given" if qa is not None else "musique", "passage_tokens": passage_tokens,
-               "dtype": str(lm.dtype), "device": str(lm.device)},
+               "dtype": str(lm.dtype), "device": str(lm.device), "prefix_cache": prefix_cache},
     )
 
 

@@ -29,7 +29,8 @@ import torch
 
 from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Segment
-from ragpic.engine.offline import request
+from ragpic.engine.offline import new_prefixes, request
+from ragpic.engine.prefix import PrefixCache
 from ragpic.eval import scoring
 from ragpic.eval.data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
 from ragpic.eval.plots import plot_eval
@@ -57,10 +58,11 @@ class MethodRun:
 
 
 def run_method(lm: LoadedModel, segments: Sequence[Segment], method: str, max_new_tokens: int,
-               forced_ids: Sequence[int] | str | None = None) -> MethodRun:
+               forced_ids: Sequence[int] | str | None = None, prefixes: PrefixCache | None = None) -> MethodRun:
     """Link, decode greedily, then teacher-force ``forced_ids`` (``"self"``: the method's own answer):
-    the engine's :class:`~ragpic.engine.request.LinkedRequest`, as every entry point runs it."""
-    req = request(lm, segments, method_of(method), max_new_tokens, extra_rows=1).link()
+    the engine's :class:`~ragpic.engine.request.LinkedRequest`, as every entry point runs it
+    (``prefixes``: the engine's prefix cache, :mod:`ragpic.engine.prefix`)."""
+    req = request(lm, segments, method_of(method), max_new_tokens, extra_rows=1, prefixes=prefixes).link()
     first = req.first_logits
     g = req.run()
     tf = None
@@ -80,19 +82,22 @@ def against_full(run: MethodRun, full: MethodRun) -> dict:
 
 
 def run_methods(lm: LoadedModel, segs_by_recipe: dict[str, list[Segment]], methods: Sequence[str],
-                max_new_tokens: int, teacher_force: bool = True) -> dict[str, MethodRun]:
+                max_new_tokens: int, teacher_force: bool = True, prefix_cache: bool = True) -> dict[str, MethodRun]:
     """Every method on the same prompt; ``full`` first, its answer teacher-forces the others.
 
     ``full``'s own reference rows come from the same teacher-forced forward as everyone
     else's (decode wrote those rows already; the forward rewrites them with the same tokens).
+    With ``prefix_cache`` the others link the prompt's leading text from ``full``'s rows, as
+    the engine links it from the last request's (:mod:`ragpic.engine.prefix`: exact).
     """
+    prefixes = new_prefixes(lm, prefix_cache)
     full = run_method(lm, segs_by_recipe[variant_key("full")], "full", max_new_tokens,
-                      "self" if teacher_force else None)
+                      "self" if teacher_force else None, prefixes)
     runs: dict[str, MethodRun] = {"full": full}
     forced = full.answer_ids if teacher_force else None
     for m in methods:
         if m != "full":
-            runs[m] = run_method(lm, segs_by_recipe[variant_key(m)], m, max_new_tokens, forced)
+            runs[m] = run_method(lm, segs_by_recipe[variant_key(m)], m, max_new_tokens, forced, prefixes)
     return runs
 
 
@@ -182,13 +187,14 @@ class EvalReport:
 
 def evaluate_qa(lm: LoadedModel, examples: Sequence[QAExample], methods: Sequence[str] | str | None = None, *,
                 chunk_tokens: int | None = None, passage_tokens: int | None = None, max_new_tokens: int = 32,
-                progress: Callable[[str], None] | None = None) -> EvalReport:
-    """Run every method on every example; see the module docstring for the measures."""
+                progress: Callable[[str], None] | None = None, prefix_cache: bool = True) -> EvalReport:
+    """Run every method on every example; see the module docstring for the measures
+    (``prefix_cache``: as :func:`run_methods`)."""
     methods = normalize_methods(methods)
     per_q, records = [], []
     for i, ex in enumerate(examples):
         segs, compile_s = qa_segments(lm, ex, methods, chunk_tokens=chunk_tokens, passage_tokens=passage_tokens)
-        runs = run_methods(lm, segs, methods, max_new_tokens)
+        runs = run_methods(lm, segs, methods, max_new_tokens, prefix_cache=prefix_cache)
         scores = question_scores(runs, ex.answers)
         per_q.append(scores)
         records.append({"question": ex.question, "answers": list(ex.answers), "compile_s": compile_s,
@@ -198,6 +204,7 @@ def evaluate_qa(lm: LoadedModel, examples: Sequence[QAExample], methods: Sequenc
                      f"full: {scores['full']['answer'][:40]!r}")
     report = EvalReport(aggregate(per_q, methods), records)
     report.config = {"methods": methods, "questions": len(examples), "chunk_tokens": chunk_tokens,
+                     "prefix_cache": prefix_cache,
                      "passage_tokens": passage_tokens, "max_new_tokens": max_new_tokens,
                      "model": lm.name, "fingerprint": lm.fingerprint, "dtype": str(lm.dtype),
                      "device": str(lm.device), "torch_threads": torch.get_num_threads()}

@@ -92,8 +92,9 @@ def needle_chunks(tokenizer, haystack: str, length: int, depth: float, *, chunk_
 def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[int] = (1024, 2048, 4096),
                depths: Sequence[float] = (0, 0.25, 0.5, 0.75, 1.0), methods: Sequence[str] | str | None = None,
                chunk_tokens: int = 512, max_new_tokens: int = 32,
-               progress: Callable[[str], None] | None = None) -> dict:
-    """Every (length, depth) cell, every method. Returns ``{"config", "cells", "summary"}``."""
+               progress: Callable[[str], None] | None = None, prefix_cache: bool = True) -> dict:
+    """Every (length, depth) cell, every method. Returns ``{"config", "cells", "summary"}``
+    (``prefix_cache``: as :func:`~ragpic.eval.evaluate.run_methods`)."""
     methods = normalize_methods(methods, DEFAULT_METHODS)
     haystack = load_haystack(haystack_dir)
     tok = lm.tokenizer
@@ -114,7 +115,7 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
                 slack += over + 8
             kvs = compile_for(lm, ids, methods, memo)
             segs = {r: prompt_segments(tok, prefix, kv, suffix, glue=None) for r, kv in kvs.items()}
-            runs = run_methods(lm, segs, methods, max_new_tokens)
+            runs = run_methods(lm, segs, methods, max_new_tokens, prefix_cache=prefix_cache)
             for m, r in runs.items():
                 cells.append({
                     "length": length, "depth": depth, "context_tokens": r.num_tokens, "chunks": len(ids),
@@ -127,6 +128,7 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
                                     for m, r in runs.items()))
     return {"config": {"lengths": list(lengths), "depths": list(depths), "methods": methods,
                        "chunk_tokens": chunk_tokens, "max_new_tokens": max_new_tokens, "needle": NEEDLE,
+                       "prefix_cache": prefix_cache,
                        "question": QUESTION, "model": lm.name, "fingerprint": lm.fingerprint},
             "cells": cells, "summary": summarize(cells, methods)}
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from ragpic.core.model import LoadedModel
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
+from ragpic.engine.offline import new_prefixes
 from ragpic.eval.evaluate import against_full, run_method
 from ragpic.eval.ruler_tasks import TASKS, RulerSample, generate_sample
 from ragpic.eval.variants import prompt_segments, compile_for, normalize_methods, variant_key
@@ -35,14 +36,15 @@ def score_answer(sample: RulerSample, answer: str) -> float:
 
 
 def _run_sample(lm: LoadedModel, sample: RulerSample, methods: Sequence[str], max_new_tokens: int,
-                progress: Callable[[str], None] | None, where: str) -> dict:
-    """Every method on one sample; returns its JSON record."""
+                progress: Callable[[str], None] | None, where: str, prefix_cache: bool = True) -> dict:
+    """Every method on one sample; returns its JSON record (``prefix_cache``: as
+    :func:`~ragpic.eval.evaluate.run_methods`)."""
     kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], methods)
     segs = {r: prompt_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
-    runs = {}
+    runs, prefixes = {}, new_prefixes(lm, prefix_cache)
     for m in methods:  # full first (normalize_methods puts it there): its answer is everyone's teacher
         forced = "self" if m == "full" else runs["full"].answer_ids
-        runs[m] = run_method(lm, segs[variant_key(m)], m, max_new_tokens, forced)
+        runs[m] = run_method(lm, segs[variant_key(m)], m, max_new_tokens, forced, prefixes)
         if progress:
             progress(f"{where} {m}: score {score_answer(sample, runs[m].answer):.2f} {runs[m].answer[:60]!r}")
     full = runs["full"]
@@ -57,8 +59,12 @@ def _run_sample(lm: LoadedModel, sample: RulerSample, methods: Sequence[str], ma
 def run_ruler(lm: LoadedModel, haystack_dir: str | Path, *, tasks: Sequence[str] | None = None,
               lengths: Sequence[int] = DEFAULT_LENGTHS, samples: int = 4, seed: int = 0,
               methods: Sequence[str] | str | None = None, chunk_tokens: int = 512,
-              max_new_tokens: int | None = None, progress: Callable[[str], None] | None = None) -> dict:
+              max_new_tokens: int | None = None, progress: Callable[[str], None] | None = None,
+              prefix_cache: bool = True) -> dict:
     """Every (task, length, sample), every method. Returns ``{"config", "samples", "summary", "overall"}``.
+
+    With ``prefix_cache`` (the engine's default) the linked methods link each prompt's leading
+    text (template and task intro) from ``full``'s rows: :mod:`ragpic.engine.prefix`.
 
     A length that leaves no room for the answer in the model's context window is cut to
     ``context_window - max_new_tokens - 1`` (the sample records its real ``context_tokens``).
@@ -74,11 +80,13 @@ def run_ruler(lm: LoadedModel, haystack_dir: str | Path, *, tasks: Sequence[str]
             fit = min(length, lm.context_window - budget - 1)
             for i in range(samples):
                 sample = generate_sample(lm.tokenizer, haystack, task, fit, i, seed=seed, chunk_tokens=chunk_tokens)
-                rec = _run_sample(lm, sample, methods, budget, progress, f"{task} {length} [{i + 1}/{samples}]")
+                rec = _run_sample(lm, sample, methods, budget, progress, f"{task} {length} [{i + 1}/{samples}]",
+                                  prefix_cache)
                 rec["length"] = length
                 records.append(rec)
     return {"config": {"tasks": tasks, "lengths": list(lengths), "samples": samples, "seed": seed,
                        "methods": methods, "chunk_tokens": chunk_tokens, "max_new_tokens": max_new_tokens,
+                       "prefix_cache": prefix_cache,
                        "task_max_new_tokens": {t: TASKS[t].max_new_tokens for t in tasks},
                        "model": lm.name, "fingerprint": lm.fingerprint, "dtype": str(lm.dtype),
                        "weights": str(lm.weights), "weights_summary": lm.weights_summary},

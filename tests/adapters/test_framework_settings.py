@@ -84,14 +84,21 @@ def test_langchain_counts_tokens_with_the_models_tokenizer(engine):
 
 
 def test_langchain_usage_reports_cache_reads_and_the_model_name(engine):
-    msg = ChatRagPic(engine=engine).invoke(f"context: {PASSAGE} question: what?")
+    prompt = f"context: {PASSAGE} question: what?"
+    engine.prefixes.clear()  # no template head kept from the tests before: the passage alone is cached
+    msg = ChatRagPic(engine=engine).invoke(prompt)
     details = msg.usage_metadata["input_token_details"]
     # the passage's tokens whose stored KV the link kept: LegoLink-16 recomputes its first 16
     n = len(engine.lm.tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]) - 16
     assert engine.config.method == "legolink-16"
     assert details["cache_read"] == n and details["cache_creation"] == 0
     assert msg.response_metadata["model_name"] == engine.lm.name != "ragpic"
-    result = RagPicLLM(engine=engine).generate([f"context: {PASSAGE} question: what?"])
+    # asked again, the chat template's head before the passage is linked from the last link's rows too
+    head = engine.count_tokens(engine.format_prompt(prompt).split(PASSAGE)[0])
+    again = ChatRagPic(engine=engine).invoke(prompt).usage_metadata["input_token_details"]
+    assert head > 8 and again["cache_read"] == n + head
+    engine.prefixes.clear()
+    result = RagPicLLM(engine=engine).generate([prompt])
     usage = result.llm_output["token_usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == n and usage["completion_tokens"] == 7
     assert result.llm_output["model_name"] == engine.lm.name

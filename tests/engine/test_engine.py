@@ -114,3 +114,21 @@ def test_damaged_entry_on_disk_is_recompiled_never_linked(engine, tmp_path, capl
     assert (after.chunks_loaded, after.chunks_compiled) == (2, 1)
     assert after.token_ids == before.token_ids
     assert restarted.store.stats().corrupt == 1
+
+
+def test_the_leading_text_links_from_the_last_request_exactly(engine):
+    """The template's head is kept from one request for the next (Config.prefix_cache_tokens):
+    the same answer, its rows counted as cached, not recomputed."""
+    engine.compile(PASSAGES)
+    off = RagPic(Config(store=None, prefix_cache_tokens=0, max_new_tokens=8), lm=engine.lm, store=engine.store)
+    prompt = _prompt(PASSAGES)
+    head = engine.count_tokens(engine.format_prompt(prompt).split(PASSAGES[0])[0])
+    first = engine.generate(prompt, hints=PASSAGES)  # fills the prefix cache
+    again = engine.generate(_prompt(PASSAGES[::-1]), hints=PASSAGES)  # the same head, other chunks behind it
+    plain = off.generate(_prompt(PASSAGES[::-1]), hints=PASSAGES)
+    assert head > 8 and len(engine.prefixes) == 1 and len(off.prefixes) == 0
+    assert first.recomputed_tokens == plain.recomputed_tokens  # nothing was kept before the first
+    assert again.token_ids == plain.token_ids and again.text == plain.text
+    assert again.cached_tokens == plain.cached_tokens + head
+    assert again.recomputed_tokens == plain.recomputed_tokens - head
+    assert engine.generate(prompt, hints=PASSAGES, method="full").recomputed_tokens == first.prompt_tokens

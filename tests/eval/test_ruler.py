@@ -195,7 +195,9 @@ def test_cli_ruler_on_a_saved_tiny_model(tmp_path, capsys):
         assert full["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4) and full["same_as_full"] == 1.0
         # every chunk token recomputed: the same prefill as full, so the same answer
         assert lego["answer"] == full["answer"] and lego["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
-        assert lego["recomputed_tokens"] == full["recomputed_tokens"] > rec["methods"]["naive"]["recomputed_tokens"]
+        # all but the template's head, linked from full's rows (the engine's prefix cache)
+        naive = rec["methods"]["naive"]["recomputed_tokens"]
+        assert 0 < full["recomputed_tokens"] - lego["recomputed_tokens"] < full["recomputed_tokens"] - naive
         for m, r in rec["methods"].items():  # the recorded score is RULER's on the recorded answer
             assert r["score"] == scoring.string_match_all(r["answer"], rec["expected"])
     overall = res["overall"]

@@ -62,6 +62,7 @@ class CacheBlend(Linker):
     the last token); the rest of its selection is made while it runs, so it runs whole."""
 
     pieces_ok = False
+    prefix_ok = False  # layers 0-1 recompute every row anyway, and a kept prefix would join the candidates
 
     def layer_rows(self, segments: Sequence[Segment], num_layers: int) -> list[list[tuple[int, float]]]:
         """Layers 0-1 see every token; deeper ones the fixed rows plus ``r`` of the chunk tokens,

@@ -58,10 +58,14 @@ class Linker:
         every_row: recompute every prompt row, causally, reading no cached KV (``full``).
         pieces_ok: the recomputed rows can run in pieces, in position order
             (:class:`ragpic.core.link.ChunkedLink`); False: :meth:`run_whole` runs the link.
+        prefix_ok: the link gains from a leading text linked from kept KV
+            (:class:`ragpic.engine.prefix.PrefixCache`): a chunk at position 0 is exact,
+            and this method recomputes none of it.
     """
 
     every_row = False
     pieces_ok = True
+    prefix_ok = True
 
     def __init__(self, method: Method):
         self.method = method

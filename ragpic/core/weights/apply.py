@@ -106,7 +106,9 @@ class _FileWeights:
     def dense(self, t, rows: torch.Tensor | None) -> torch.Tensor:
         from gguf import dequantize
 
-        w = torch.from_numpy(np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32))
+        w = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        # an f32 tensor comes back as the file's read-only map: torch would warn (and must not write it)
+        w = torch.from_numpy(w if w.flags.writeable else w.copy())
         w = w.reshape(int(t.shape[1]), int(t.shape[0]))
         return w if rows is None else w[rows]
 
