@@ -5,11 +5,13 @@
 
 Corpus: every full-length passage of the first ``--questions`` MuSiQue items (the shared
 dev set when it sits beside the repository, else the bundled sample), embedded with
-all-MiniLM-L6-v2 into FAISS, KV compiled at ingest. Each question goes through both
-methods, ``full`` and ``legolink-16``, interleaved (order swapped every repeat), with the
-same top-``k`` passages. TTFT is wall time from the call to the first streamed piece of the
-answer (retrieval, prompt formatting and the link included); ``engine`` is ragpic's own
-link + first token. Medians over questions x repeats.
+all-MiniLM-L6-v2 into FAISS, KV compiled at ingest. Each question goes through ``full``,
+``legolink-16`` and ``legolink-16`` on an engine with the prefix cache off
+(``Config(prefix_cache_tokens=0)``: the framework's system prompt and instruction recomputed
+every time), interleaved (order rotated every repeat), with the same top-``k`` passages.
+TTFT is wall time from the call to the first streamed piece of the answer (retrieval,
+prompt formatting and the link included); ``engine`` is ragpic's own link + first token.
+Medians over questions x repeats.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-METHODS = ("full", "legolink-16")
+METHODS = ("full", "legolink-16", "legolink-16/no-prefix")
+"""What each question is asked with: a method name, ``/no-prefix`` on the engine without the prefix cache."""
 
 
 def musique(n: int) -> list[dict]:
@@ -41,8 +44,10 @@ def first_piece_s(pieces) -> float:
     return first if first is not None else time.perf_counter() - t0
 
 
-def llamaindex_ttft(engine, items, embed, folder: Path, k: int, new_tokens: int):
-    """``{method: ([ttft_s], [engine_ttft_s], [prompt_tokens])}`` for one pass over ``items``."""
+def llamaindex_ttft(engines, items, embed, folder: Path, k: int, new_tokens: int):
+    """``run(variant, question) -> (ttft_s, engine_ttft_s, prompt_tokens, recomputed_tokens)``.
+
+    ``engines``: ``{True: engine with the prefix cache, False: without}`` over one model and store."""
     from llama_index.core import Document
 
     from ragpic.llm.llamaindex import RagPicLLM
@@ -50,18 +55,20 @@ def llamaindex_ttft(engine, items, embed, folder: Path, k: int, new_tokens: int)
     from ragpic.retriever_hooks.llamaindex import build_faiss_index
 
     docs = [Document(text=c["text"]) for it in items for c in it["ctxs"]]
-    index = build_faiss_index(docs, engine, embed_model=embed, transformations=[], folder=folder)
+    index = build_faiss_index(docs, engines[True], embed_model=embed, transformations=[], folder=folder)
 
-    def run(method: str, question: str):
-        llm = RagPicLLM(engine, max_new_tokens=new_tokens, method=method)
+    def run(variant: str, question: str):
+        method, _, off = variant.partition("/")
+        llm = RagPicLLM(engines[not off], max_new_tokens=new_tokens, method=method)
         qe = make_query_engine(index, llm, similarity_top_k=k, streaming=True)
         ttft = first_piece_s(qe.query(question).response_gen)
-        return ttft, llm.last_generation.ttft_s, llm.last_generation.prompt_tokens
+        g = llm.last_generation
+        return ttft, g.ttft_s, g.prompt_tokens, g.recomputed_tokens
 
     return run
 
 
-def langchain_ttft(engine, items, embed, k: int, new_tokens: int):
+def langchain_ttft(engines, items, embed, k: int, new_tokens: int):
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
@@ -80,7 +87,7 @@ def langchain_ttft(engine, items, embed, k: int, new_tokens: int):
             return embed.get_query_embedding(text)
 
     docs = [Document(page_content=c["text"]) for it in items for c in it["ctxs"]]
-    retriever = faiss_from_documents(docs, SameMiniLM(), engine).as_retriever(search_kwargs={"k": k})
+    retriever = faiss_from_documents(docs, SameMiniLM(), engines[True]).as_retriever(search_kwargs={"k": k})
     prompt = PromptTemplate.from_template(
         "Answer the question using the context.\n\nContext:\n{context}\n\nQuestion: {question}\nAnswer:")
 
@@ -90,27 +97,28 @@ def langchain_ttft(engine, items, embed, k: int, new_tokens: int):
         def on_llm_end(self, response, **kwargs):
             self.info = dict(response.generations[0][0].generation_info or {})
 
-    def run(method: str, question: str):
-        llm, stats = RagPicLLM(engine=engine, method=method, max_new_tokens=new_tokens), Stats()
+    def run(variant: str, question: str):
+        method, _, off = variant.partition("/")
+        llm, stats = RagPicLLM(engine=engines[not off], method=method, max_new_tokens=new_tokens), Stats()
         ctx = retriever | (lambda ds: "\n\n".join(d.page_content for d in ds))
         chain = {"context": ctx, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
         ttft = first_piece_s(chain.with_config(callbacks=[llm.hints, stats]).stream(question))
-        return ttft, stats.info.get("ttft_s", float("nan")), stats.info.get("prompt_tokens", 0)
+        return (ttft, stats.info.get("ttft_s", float("nan")), stats.info.get("prompt_tokens", 0),
+                stats.info.get("recomputed_tokens", 0))
 
     return run
 
 
 def measure(run, questions: list[str], repeats: int) -> dict:
-    run(METHODS[0], questions[0])  # warm up every code path, untimed
-    run(METHODS[1], questions[0])
-    out = {m: {"ttft_s": [], "engine_ttft_s": [], "prompt_tokens": []} for m in METHODS}
+    for m in METHODS:  # warm up every code path (and the prefix cache), untimed
+        run(m, questions[0])
+    keys = ("ttft_s", "engine_ttft_s", "prompt_tokens", "recomputed_tokens")
+    out = {m: {key: [] for key in keys} for m in METHODS}
     for rep in range(repeats):
         for q in questions:
-            for m in (METHODS if rep % 2 == 0 else METHODS[::-1]):
-                ttft, eng, toks = run(m, q)
-                out[m]["ttft_s"].append(ttft)
-                out[m]["engine_ttft_s"].append(eng)
-                out[m]["prompt_tokens"].append(toks)
+            for m in METHODS[rep % len(METHODS):] + METHODS[:rep % len(METHODS)]:
+                for key, value in zip(keys, run(m, q)):
+                    out[m][key].append(value)
     return out
 
 
@@ -123,6 +131,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--model", default=None, help="HF folder, hub id or .gguf (default: embedded SmolLM2-135M)")
+    p.add_argument("--dtype", default=None, help="as Config.dtype (default: fp32 on the CPU)")
+    p.add_argument("--hold-dense", action="store_true", help="Config(hold_dense=True)")
     args = p.parse_args(argv)
     import torch
 
@@ -136,19 +146,25 @@ def main(argv=None) -> int:
     embed = embedding_model()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        engine = RagPic(Config(store=str(Path(tmp) / "kv"), device="cpu", model=args.model))
-        runners = {"llamaindex": llamaindex_ttft(engine, items, embed, Path(tmp) / "li", args.top_k, args.new_tokens),
-                   "langchain": langchain_ttft(engine, items, embed, args.top_k, args.new_tokens)}
+        engine = RagPic(Config(store=str(Path(tmp) / "kv"), device="cpu", model=args.model, dtype=args.dtype,
+                               hold_dense=args.hold_dense))
+        engines = {True: engine, False: RagPic(Config(store=None, prefix_cache_tokens=0), lm=engine.lm,
+                                                  store=engine.store)}
+        runners = {"llamaindex": llamaindex_ttft(engines, items, embed, Path(tmp) / "li", args.top_k, args.new_tokens),
+                   "langchain": langchain_ttft(engines, items, embed, args.top_k, args.new_tokens)}
         for name, run in runners.items():
             raw = measure(run, questions, args.repeats)
             med = {m: {key: statistics.median(v) for key, v in raw[m].items()} for m in METHODS}
             results[name] = {"median": med, "raw": raw,
-                             "speedup": med["full"]["ttft_s"] / med["legolink-16"]["ttft_s"]}
+                             "speedup": med["full"]["ttft_s"] / med["legolink-16"]["ttft_s"],
+                             "prefix_cache_gain": med["legolink-16/no-prefix"]["ttft_s"] / med["legolink-16"]["ttft_s"]}
             print(f"{name:10s} " + "  ".join(
                 f"{m}: {med[m]['ttft_s']:.2f} s (engine {med[m]['engine_ttft_s']:.2f} s, "
-                f"{med[m]['prompt_tokens']:.0f} tokens)" for m in METHODS)
-                + f"  speed-up {results[name]['speedup']:.1f}x", file=sys.stderr)
-    config = {"questions": args.questions, "top_k": args.top_k, "repeats": args.repeats,
+                f"{med[m]['recomputed_tokens']:.0f}/{med[m]['prompt_tokens']:.0f} tokens)" for m in METHODS)
+                + f"  speed-up {results[name]['speedup']:.1f}x (prefix cache: "
+                  f"{results[name]['prefix_cache_gain']:.2f}x)", file=sys.stderr)
+    config = {"questions": args.questions, "top_k": args.top_k, "repeats": args.repeats, "dtype": args.dtype,
+              "hold_dense": args.hold_dense,
               "new_tokens": args.new_tokens, "model": args.model or "SmolLM2-135M-Instruct (embedded)", "torch_threads": torch.get_num_threads()}
     if args.json:
         Path(args.json).write_text(json.dumps({"config": config, "results": results}, indent=1))
