@@ -23,7 +23,7 @@ from ragpic.core.segments import Segment, chunk_segment, concat_ids, text_segmen
 from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.request import LinkedRequest
 
-__all__ = ["compile_ids", "layer_rows", "link_only", "new_pool", "prompt_ids", "prompt_segments", "request"]
+__all__ = ["compile_ids", "layer_rows", "link_only", "new_pool", "new_prefixes", "prompt_ids", "prompt_segments", "request"]
 
 
 def compile_ids(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], recipe: str) -> list[ChunkKV]:
