@@ -25,7 +25,7 @@ import torch
 
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import LinkResult, Linker
-from ragpic.core.segments import Segment
+from ragpic.core.segments import Segment, chunk_segment
 
 __all__ = ["PrefixCache"]
 
@@ -90,9 +90,8 @@ class PrefixCache:
             self._entries.move_to_end(key)
             self.hits += 1
         keys, values = kv
-        segments[0] = Segment(token_ids=lead.token_ids, text=lead.text,
-                              kv=ChunkKV(token_ids=lead.token_ids, keys=keys, values=values, base_position=0,
-                                         fingerprint=self.fingerprint, recipe=linker.recipe))
+        segments[0] = chunk_segment(ChunkKV(token_ids=lead.token_ids, keys=keys, values=values, base_position=0,
+                                            fingerprint=self.fingerprint, recipe=linker.recipe), lead.text)
         return segments
 
     def keep(self, segments: Sequence[Segment], result: LinkResult) -> bool:
