@@ -12,7 +12,7 @@ from ragpic.core.link import link, recompute_mask
 from ragpic.core.methods import parse_method
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.link.query_guided import chunk_spans, select_spans, trailing_text_rows
-from ragpic.errors import LinkError
+from ragpic.errors import ConfigError, LinkError
 from prompts import compile_texts, linked_prompt
 from tiny import tiny_lm
 
@@ -21,7 +21,8 @@ KINDS = ["llama", "qwen2", "mistral", "qwen3", "gemma"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("method", ["qr-100", "qr-100-k0", "qp-100", "qp-100-k0", "qp-100-d75", "qr-100-h2", "qp-100-h2"])
+@pytest.mark.parametrize("method", ["qr-100", "qr-100-k0", "qp-100", "qp-100-k0", "qp-100-d75", "qr-100-h2", "qp-100-h2",
+                                    "qr-100-k4-h1-t2"])
 def test_full_budget_equals_full(kind, method):
     """Both query-driven methods (qp-100-d75 probes 3 of the 4 layers, the default 2): qp's probe
     pass wrote layers 0..P-1 first and its forward rewrote every one of their rows."""
@@ -50,6 +51,27 @@ def test_partial_budget_recomputes_the_chosen_runs_then_the_question():
     assert res.recomputed >= int(first.sum()) + -(-30 * chunk_tokens // 100) + tail
     assert res.recomputed < int(first.sum()) + chunk_tokens + tail + 2  # not everything
     assert (res.logits - link(lm, segs, "legolink-1").logits).abs().max() > 100 * TOL
+
+
+def test_tail_recomputes_only_the_questions_last_rows_in_the_second_pass():
+    """qr-<r>-t<m>: the same runs as qr-<r> (same first pass, same probe); the question's rows
+    before its last m keep the first pass's KV, which is legolink-k's, bit for bit."""
+    lm = tiny_lm("llama", num_hidden_layers=3)
+    segs = linked_prompt(lm, compile_texts(lm))
+    n, tail = sum(s.num_tokens for s in segs), trailing_text_rows(segs)
+    assert tail > 3
+    whole, cut, first = link(lm, segs, "qr-30-k1"), link(lm, segs, "qr-30-k1-t2"), link(lm, segs, "legolink-1")
+    assert cut.recomputed == whole.recomputed - (tail - 2)
+    kept = slice(n - tail, n - 2)
+    for a, b in ((first.cache.key_slab, cut.cache.key_slab), (first.cache.value_slab, cut.cache.value_slab)):
+        assert torch.equal(a[..., kept, :], b[..., kept, :])
+    assert not torch.equal(whole.cache.key_slab[..., kept, :], cut.cache.key_slab[..., kept, :])
+    assert (cut.logits - whole.logits).abs().max() > 0
+    m = parse_method("qr-6-k4-h1-t8")
+    assert (m.name, m.k, m.ratio, m.hops, m.tail) == ("qr-6-k4-h1-t8", 4, 0.06, 1, 8) and parse_method(m.name) == m
+    for bad in ("qr-5-t0", "qp-5-t8", "qr-5-t", "qr-5-t8-h1"):
+        with pytest.raises(ConfigError, match="qr-<percent>"):
+            parse_method(bad)
 
 
 def test_select_spans_takes_best_runs_until_the_budget_is_covered():

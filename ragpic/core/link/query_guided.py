@@ -15,6 +15,12 @@ before them, the spans the question actually reads:
    of them (glue, the question, the assistant header), in position order. Each row attends
    to the cache as the first pass left it plus the rows recomputed before it in this pass.
 
+With ``-t<m>`` the second pass recomputes only the question's last ``m`` rows: the rows before
+them keep the first pass's KV (they saw the chunks as ``legolink-k`` left them), and the answer
+reads the repaired runs through the last rows and its own. It saves the question's second
+pass, which on RULER's ~60-token questions is a third of a 10x link's rows; when every run
+is chosen the whole question is recomputed again, so ``qr-100-t<m>`` is still ``full``.
+
 Cost: ``legolink-k`` plus ``r`` of the chunk tokens and the question again. At ``r = 100%``
 every row after the first chunk is recomputed in one causal forward: ``full`` exactly. The
 probe reads the query inside ragpic's attention function, so the model must run it
@@ -114,17 +120,19 @@ def select_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]], method, i
 
 
 class QueryGuided(Linker):
-    """``qr-<r>[-k<k>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
+    """``qr-<r>[-k<k>][-h<n>][-t<m>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
 
     pieces_ok = False
 
     def layer_rows(self, segments: Sequence[Segment], num_layers: int) -> list[list[tuple[int, float]]]:
         """The first pass, then ``r`` of the chunk tokens (counted as spread evenly: the choice
-        depends on the data) and the question again."""
+        depends on the data) and the question again (its last ``m`` rows with ``-t<m>``)."""
         first = super().layer_rows(segments, num_layers)
         n = sum(s.num_tokens for s in segments)
         rows, pos_sum = spread_rows(segments, self.method.ratio)
         tail = trailing_text_rows(segments)
+        if self.method.tail and self.method.ratio < 1:
+            tail = min(tail, self.method.tail)
         second = (rows + tail, pos_sum + tail * (n - (tail - 1) / 2))
         return first + [[second] * num_layers]
 
@@ -152,6 +160,9 @@ class QueryGuided(Linker):
             text[a:b] = False
         after = torch.arange(n) > int(chosen.nonzero()[0])
         second = chosen | (text & after)
+        if self.method.tail and not bool((chosen | text).all()):
+            # -t<m>: the question's earlier rows keep the first pass's KV (ARCHITECTURE §4.9)
+            second[n - trailing_text_rows(segments):n - self.method.tail] = False
         second[-1] = True
         pos2 = second.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos2, n)
