@@ -19,13 +19,13 @@ PLAIN = "plain"
 LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
 METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0), "
-               "'cacheblend-<percent>' (e.g. cacheblend-15), 'qr-<percent>[-k<k>][-h<hops>][-t<rows>]' (e.g. qr-3, qr-3-k1, qr-6-k4-h1-t8), "
-               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>]' (e.g. qp-5, qp-5-d25, qp-10-h2) "
+               "'cacheblend-<percent>' (e.g. cacheblend-15), 'qr-<percent>[-k<k>][-h<hops>][-w][-t<rows>]' (e.g. qr-3, qr-3-k1, qr-6-k4-h1-w-t4), "
+               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>][-w]' (e.g. qp-5, qp-5-d25, qp-10-h2) "
                "or 'auto' (the fastest calibrated recipe that keeps Config.fidelity of full's accuracy)")
 QR_DEFAULT_K = 16
 QP_DEFAULT_DEPTH = 0.5
 """``qp``'s probe pass runs the first half of the layers unless its name says ``-d<percent>``."""
-_QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?(?:-t(\d+))?", re.ASCII)
+_QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?(-w)?(?:-t(\d+))?", re.ASCII)
 
 
 def dummy_recipe(n: int) -> str:
@@ -45,7 +45,7 @@ def recipe_dummies(recipe: str) -> int:
 @dataclass(slots=True, frozen=True)
 class Method:
     """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``,
-    ``qr-<r>[-k<k>][-h<n>][-t<m>]``, ``qp-<r>[-k<k>][-d<d>][-h<n>]`` or ``auto``.
+    ``qr-<r>[-k<k>][-h<n>][-w][-t<m>]``, ``qp-<r>[-k<k>][-d<d>][-h<n>][-w]`` or ``auto``.
 
     Attributes:
         kind: ``full``, ``naive``, ``legolink``, ``cacheblend``, ``qr`` (query-guided recompute),
@@ -59,6 +59,8 @@ class Method:
         depth: fraction of the layers ``qp``'s probe pass runs, in (0, 1]
             (:data:`QP_DEFAULT_DEPTH` unless the name says ``-d<percent>``); 0 for other kinds.
         hops: ``qr`` / ``qp``: rounds of second-order selection (:mod:`ragpic.core.link.hops`), 0: none.
+        words: ``qr`` / ``qp`` (``-w``): the question's own rare words pick runs too, before the hops
+            (:func:`~ragpic.core.link.hops.select_with_hops`).
         tail: ``qr`` only: how many of the question's last rows its second pass recomputes
             (``-t<m>``; 0: all of them, the default). The rows before them keep the first
             pass's KV; when every run is chosen the whole question is recomputed, so
@@ -70,6 +72,7 @@ class Method:
     ratio: float = 0.0
     depth: float = 0.0
     hops: int = 0
+    words: bool = False
     tail: int = 0
 
     @property
@@ -81,7 +84,8 @@ class Method:
         if self.kind in ("qr", "qp"):
             name = f"{self.kind}-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
             name += "" if self.kind == "qr" or self.depth == QP_DEFAULT_DEPTH else f"-d{_percent(self.depth)}"
-            return name + (f"-h{self.hops}" if self.hops else "") + (f"-t{self.tail}" if self.tail else "")
+            return (name + (f"-h{self.hops}" if self.hops else "") + ("-w" if self.words else "")
+                    + (f"-t{self.tail}" if self.tail else ""))
         return self.kind
 
     @property
@@ -125,10 +129,10 @@ def parse_method(name: str | Method) -> Method:
         return Method("auto")
     query = _QUERY.fullmatch(str(name).strip().lower())
     if query:
-        kind, pct, k, depth, hops, tail = query.groups()
+        kind, pct, k, depth, hops, words, tail = query.groups()
         if (0 < float(pct) <= 100 and (depth is None or kind == "qp" and 0 < float(depth) <= 100)
                 and (tail is None or kind == "qr" and int(tail) > 0)):
             return Method(kind, k=int(k) if k else QR_DEFAULT_K, ratio=float(pct) / 100,
                           depth=0.0 if kind == "qr" else float(depth) / 100 if depth else QP_DEFAULT_DEPTH,
-                          hops=int(hops or 0), tail=int(tail or 0))
+                          hops=int(hops or 0), words=bool(words), tail=int(tail or 0))
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")

@@ -73,3 +73,23 @@ def test_hops_change_the_rows_a_partial_link_repairs():
     # the same budget, spent on other runs (or the same ones, if the tiny prompt shares no rare token)
     assert abs(hopped.recomputed - plain.recomputed) <= 16
     assert hopped.logits.shape == plain.logits.shape and torch.isfinite(hopped.logits).all()
+
+
+def test_the_questions_rare_words_pick_the_runs_that_name_them():
+    """-w: a key the question names (two tokens, in runs 5, 9 and 17) is repaired where the
+    question's attention missed it; a word in more than QUESTION_RUNS runs picks nothing."""
+    ids, runs, scores = chain_prompt()
+    for at in (84, 148, 276):
+        ids[at:at + 2] = torch.tensor((200, 210))
+    scores[142] = 0.2  # the question reads run 8 a little: of the key's windows, the one at 148 holds it
+    question = [200, 210, 1000]  # 1000: a filler token, in every run
+    by_score = select_with_hops(scores, runs, 0.15, ids, hops=0)
+    assert torch.equal(by_score, rows((16, 32), (48, 64), (128, 144)))  # runs 1, 3 and 8: the key nowhere
+    # budget 48: the seeds take runs 1 and 3 (half, rounded up to whole runs), then one window on the key
+    assert torch.equal(select_with_hops(scores, runs, 0.15, ids, hops=0, question=question),
+                       rows((16, 32), (48, 64), (140, 156)))
+    everywhere = ids.clone()
+    for at in (100, 180, 212):  # the key in six runs now: a common word, not a name
+        everywhere[at:at + 2] = torch.tensor((200, 210))
+    assert torch.equal(select_with_hops(scores, runs, 0.15, everywhere, hops=0, question=question), by_score)
+    assert parse_method("qr-5-k4-h1-w-t4").words and not parse_method("qr-5-k4-h1-t4").words

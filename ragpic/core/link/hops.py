@@ -1,4 +1,4 @@
-"""Second-order selection (``-h<n>`` on ``qr`` / ``qp``): follow the runs the chosen runs name.
+"""Second-order selection (``-h<n>``, ``-w`` on ``qr`` / ``qp``): the runs that what was chosen, or the question, names.
 
 The question's attention finds the runs it reads directly, but not the runs *those* runs
 depend on in other chunks: in a chain ``VAR A = 12345`` ... ``VAR B = VAR A`` ... the question
@@ -8,7 +8,10 @@ KV, compiled without the chunk that defines ``A``, is the one that needs repair
 chosen run (a name, an id, a code: a token few runs of the prompt hold) is where such a
 dependency lives, so selection goes:
 
-1. **seeds**: the best-scored runs, until they cover half the budget;
+1. **seeds**: the best-scored runs, until they cover half the budget; with ``-w`` also windows
+   around the run occurrences of the question's own rare tokens (held by at most
+   :data:`QUESTION_RUNS` runs: the key a multi-value question asks for, whose needles its
+   attention, read through a stale cache, finds only some of);
 2. **hops** (``n`` rounds): around every occurrence, outside what is chosen, of a rare token
    of what the previous round added, a window of :data:`WINDOW` tokens, kept when it holds at
    least :data:`MIN_SHARED` of those tokens; the windows holding the most first, then by
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["MIN_SHARED", "RARE_RUNS", "SEED_SHARE", "WINDOW", "rank_runs", "select_with_hops", "take_runs"]
+__all__ = ["MIN_SHARED", "QUESTION_RUNS", "RARE_RUNS", "SEED_SHARE", "WINDOW", "rank_runs", "select_with_hops", "take_runs"]
 
 RARE_RUNS = 3
 """A token held by at most this many runs links them (a 4-hop chain names each variable in
@@ -38,6 +41,10 @@ SEED_SHARE = 0.5
 
 WINDOW = 16
 """Tokens a hop repairs around each occurrence of a rare token (as many as a run)."""
+
+QUESTION_RUNS = 4
+"""``-w``: a question's token held by at most this many runs names what the question asks for
+(a key several needles share, an entity); the filler's words are in more."""
 
 MIN_SHARED = 2
 """Rare tokens a hop window must share with the last round: a name or id is split into
@@ -69,13 +76,41 @@ def take_runs(order: Sequence[int], runs: Sequence[tuple[int, int]], mask: torch
     return covered
 
 
+def _follow(frontier: set[int], positions: dict[int, list[int]], tokens: list[int], mask: torch.Tensor,
+            in_run: torch.Tensor, csum: torch.Tensor, budget: int, covered: int) -> tuple[int, torch.Tensor]:
+    """One round: windows around the uncovered occurrences of ``frontier`` tokens that hold at
+    least :data:`MIN_SHARED` of them, most shared first, then by score, into ``mask`` while
+    ``covered < budget``. Returns (tokens covered, ``(N,)`` bool of what this round added)."""
+    windows = []  # (centre, start, end, frontier tokens inside)
+    for t in frontier:
+        for p in positions[t]:
+            if not mask[p]:
+                a, b = max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2)
+                shared = len(set(tokens[a:b]) & frontier)
+                if shared >= MIN_SHARED:
+                    windows.append((p, a, b, shared))
+    fresh = torch.zeros_like(mask)
+    for p, a, b, _ in sorted(windows, key=lambda w: (-w[3], -float(csum[w[2]] - csum[w[1]]), w[0])):
+        if covered >= budget:
+            break
+        if mask[p]:  # an earlier window of this round took it
+            continue
+        new = in_run[a:b] & ~mask[a:b]
+        covered += int(new.sum())
+        mask[a:b] |= new
+        fresh[a:b] |= new
+    return covered, fresh
+
+
 def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: float, ids: torch.Tensor,
-                     hops: int) -> torch.Tensor:
+                     hops: int, question: Sequence[int] = ()) -> torch.Tensor:
     """``(N,)`` bool on the CPU: seeds by score, then ``hops`` rounds of windows around the
     occurrences of the last round's rare tokens, then the rest of ``ratio`` of the run tokens by score.
 
     ``scores``: ``(N,)`` fp32 CPU attention per prompt token; ``runs``: ``[start, end)`` of each
-    run; ``ids``: the prompt's ``(N,)`` host token ids. A hop window is the :data:`WINDOW`
+    run; ``ids``: the prompt's ``(N,)`` host token ids; ``question``: the question's ids
+    (``-w``): before the hops, windows around the run occurrences of its words held by at
+    most :data:`QUESTION_RUNS` runs join the seeds. A hop window is the :data:`WINDOW`
     run tokens centred on an occurrence (a link such as ``VAR B = VAR A`` may straddle two
     runs: the window keeps it whole). Ties keep the earlier run / position.
     """
@@ -95,31 +130,18 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
             positions.setdefault(tokens[p], []).append(p)
     rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
 
-    covered = take_runs(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops else budget, 0)
+    covered = take_runs(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops or question else budget, 0)
     fresh = mask.clone()
+    if question:
+        named = {t for t in question if 0 < len(holders.get(t, ())) <= QUESTION_RUNS}
+        covered, found = _follow(named, positions, tokens, mask, in_run, csum, budget, covered)
+        fresh |= found
     for _ in range(hops):
         if covered >= budget:
             break
-        frontier = set(ids[fresh].tolist()) & rare
-        windows = []  # (centre, start, end, frontier tokens inside)
-        for t in frontier:
-            for p in positions[t]:
-                if not mask[p]:
-                    a, b = max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2)
-                    shared = len(set(tokens[a:b]) & frontier)
-                    if shared >= MIN_SHARED:
-                        windows.append((p, a, b, shared))
-        if not windows:
+        covered, fresh = _follow(set(ids[fresh].tolist()) & rare, positions, tokens, mask, in_run, csum, budget,
+                                 covered)
+        if not fresh.any():
             break
-        fresh = torch.zeros_like(mask)
-        for p, a, b, _ in sorted(windows, key=lambda w: (-w[3], -float(csum[w[2]] - csum[w[1]]), w[0])):
-            if covered >= budget:
-                break
-            if mask[p]:  # an earlier window of this round took it
-                continue
-            new = in_run[a:b] & ~mask[a:b]
-            covered += int(new.sum())
-            mask[a:b] |= new
-            fresh[a:b] |= new
     take_runs(by_score, runs, mask, budget, covered)
     return mask

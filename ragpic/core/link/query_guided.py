@@ -111,11 +111,14 @@ def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: f
     return chosen
 
 
-def select_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]], method, ids: torch.Tensor) -> torch.Tensor:
-    """The runs ``method`` (``qr`` / ``qp``) repairs: :func:`select_spans`, or with ``-h<n>``
-    :func:`~ragpic.core.link.hops.select_with_hops` (``ids``: the prompt's ``(N,)`` host ids)."""
-    if method.hops:
-        return select_with_hops(scores, runs, method.ratio, ids, method.hops)
+def select_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]], method, ids: torch.Tensor,
+                trailing: int) -> torch.Tensor:
+    """The runs ``method`` (``qr`` / ``qp``) repairs: :func:`select_spans`, or with ``-h<n>`` / ``-w``
+    :func:`~ragpic.core.link.hops.select_with_hops` (``ids``: the prompt's ``(N,)`` host ids;
+    ``trailing``: the question's rows at its end, :func:`trailing_text_rows`)."""
+    if method.hops or method.words:
+        question = ids[-trailing:].tolist() if method.words else ()
+        return select_with_hops(scores, runs, method.ratio, ids, method.hops, question)
     return select_spans(scores, runs, method.ratio)
 
 
@@ -152,7 +155,7 @@ class QueryGuided(Linker):
         logits = recompute_rows(lm, cache, ids, pos1, n, probe)
         scores = probe.scores().cpu()  # the pass's one sync
         runs = chunk_spans(segments)
-        chosen = select_runs(scores, runs, self.method, ids)
+        chosen = select_runs(scores, runs, self.method, ids, trailing_text_rows(segments))
         if not chosen.any():  # no chunks: the first pass computed every row
             return logits, first, int(pos1.numel())
         text = torch.ones(n, dtype=torch.bool)  # uncached rows: everything the runs do not cover

@@ -101,7 +101,7 @@ class QueryProbe(Linker):
             probed = int(first.numel())
             scores = probe.scores().cpu()  # the link's one sync
             scores[rec] = 0  # rows the forward recomputes anyway: no budget spent on them
-            rec = rec | select_runs(scores, runs, self.method, ids)
+            rec = rec | select_runs(scores, runs, self.method, ids, trailing_text_rows(segments))
         pos = rec.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos, n)
         return logits, rec, probed + int(pos.numel())
