@@ -38,8 +38,9 @@ class Config:
             ``naive``, ``cacheblend-<percent>``, ``qr-<percent>[-k<k>]`` (query-guided recompute,
             :mod:`ragpic.core.link.query_guided`), ``qp-<percent>[-k<k>][-d<percent>]`` (its
             one-pass form, :mod:`ragpic.core.link.query_probe`; ``-h<n>`` adds second-order
-            selection, :mod:`ragpic.core.link.hops`), ``full``, or ``auto``: the fastest recipe
-            that keeps ``fidelity`` of ``full``'s score in this model's calibration
+            selection and ``-w`` the question's rare words, :mod:`ragpic.core.link.hops`;
+            ``qr``'s ``-t<m>`` recomputes the question's last ``m`` rows only), ``full``, or
+            ``auto``: the fastest recipe that keeps ``fidelity`` of ``full``'s score in this model's calibration
             (``ragpic calibrate``; ``legolink-16`` without one, said once in the log;
             :mod:`ragpic.engine.calibration`).
         fidelity: ``auto``'s target: the share of ``full``'s score, in (0, 1], a recipe must keep

@@ -28,7 +28,7 @@ Config(method="auto", fidelity=0.97) then links with the fastest recipe that kee
 fidelity on every task full can do (full scores >= 0.5 there). The table printed at the end
 shows what auto picks. About 19 minutes for Qwen2.5-Coder-0.5B on 2 CPU cores (fp32)."""
 
-DEFAULT_RECIPES = "legolink-16,qp-5,qp-10,qp-10-h4,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
+DEFAULT_RECIPES = "legolink-16,qr-4-k4-h1-w-t4,qr-6-k4-h1,qp-10,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
 
 
 def _fidelity(text: str) -> float:

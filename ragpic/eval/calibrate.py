@@ -30,9 +30,10 @@ CALIBRATION_SEED = 20261204
 """RULER prompts of the calibration set: the evaluations use seed 0 (and the held-out
 re-checks seeds of their own, none of them this one)."""
 
-DEFAULT_RECIPES = ("legolink-16", "qp-5", "qp-10", "qp-10-h4", "qr-10")
-"""The fast default, the one-pass probe at two budgets (and with hops), the two-pass form (the
-closest to ``full`` on the 1.5B, docs/RESULTS.md §14). Each recipe adds ~1/8 of the run."""
+DEFAULT_RECIPES = ("legolink-16", "qr-4-k4-h1-w-t4", "qr-6-k4-h1", "qp-10", "qr-10")
+"""The fast default; the query-guided recipes of the 1.5B's front: 89% of ``full`` at 12x and 91%
+at 8.5x (docs/RESULTS.md §25-§26); the one-pass probe, the 0.5B's most faithful (§15, §26); the
+two-pass form at 10%, the closest to ``full`` on the 1.5B (§23). Each recipe adds ~1/8 of the run."""
 
 
 def _shares(full: Sequence[float], mine: Sequence[float]) -> float | None:

@@ -44,7 +44,9 @@ WINDOW = 16
 
 QUESTION_RUNS = 4
 """``-w``: a question's token held by at most this many runs names what the question asks for
-(a key several needles share, an entity); the filler's words are in more."""
+(a key several needles share, an entity); the filler's words are in more. On the 1.5B's RULER
+prompts 8 and 16 covered no more of the multi-value needles and less of vt's chain
+(docs/RESULTS.md §26, ``benchmarks/needle_coverage.py``)."""
 
 MIN_SHARED = 2
 """Rare tokens a hop window must share with the last round: a name or id is split into
@@ -103,14 +105,15 @@ def _follow(frontier: set[int], positions: dict[int, list[int]], tokens: list[in
 
 
 def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: float, ids: torch.Tensor,
-                     hops: int, question: Sequence[int] = ()) -> torch.Tensor:
+                     hops: int, question: Sequence[int] = (),
+                     question_runs: int = QUESTION_RUNS) -> torch.Tensor:
     """``(N,)`` bool on the CPU: seeds by score, then ``hops`` rounds of windows around the
     occurrences of the last round's rare tokens, then the rest of ``ratio`` of the run tokens by score.
 
     ``scores``: ``(N,)`` fp32 CPU attention per prompt token; ``runs``: ``[start, end)`` of each
     run; ``ids``: the prompt's ``(N,)`` host token ids; ``question``: the question's ids
     (``-w``): before the hops, windows around the run occurrences of its words held by at
-    most :data:`QUESTION_RUNS` runs join the seeds. A hop window is the :data:`WINDOW`
+    most ``question_runs`` runs join the seeds. A hop window is the :data:`WINDOW`
     run tokens centred on an occurrence (a link such as ``VAR B = VAR A`` may straddle two
     runs: the window keeps it whole). Ties keep the earlier run / position.
     """
@@ -133,7 +136,7 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     covered = take_runs(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops or question else budget, 0)
     fresh = mask.clone()
     if question:
-        named = {t for t in question if 0 < len(holders.get(t, ())) <= QUESTION_RUNS}
+        named = {t for t in question if 0 < len(holders.get(t, ())) <= question_runs}
         covered, found = _follow(named, positions, tokens, mask, in_run, csum, budget, covered)
         fresh |= found
     for _ in range(hops):
