@@ -19,13 +19,15 @@ PLAIN = "plain"
 LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
 METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0), "
-               "'cacheblend-<percent>' (e.g. cacheblend-15), 'qr-<percent>[-k<k>][-h<hops>][-w][-t<rows>]' (e.g. qr-3, qr-3-k1, qr-6-k4-h1-w-t4), "
+               "'cacheblend-<percent>' (e.g. cacheblend-15), "
+               "'qr-<percent>[-k<k>][-h<hops>][-w][-t<rows>]' (e.g. qr-3, qr-3-k1, qr-4-k4-h1-w-t4), "
                "'qp-<percent>[-k<k>][-d<percent>][-h<hops>][-w]' (e.g. qp-5, qp-5-d25, qp-10-h2) "
                "or 'auto' (the fastest calibrated recipe that keeps Config.fidelity of full's accuracy)")
 QR_DEFAULT_K = 16
 QP_DEFAULT_DEPTH = 0.5
 """``qp``'s probe pass runs the first half of the layers unless its name says ``-d<percent>``."""
-_QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?(-w)?(?:-t(\d+))?", re.ASCII)
+_QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?(-w)?(?:-t(\d+))?",
+                    re.ASCII)
 
 
 def dummy_recipe(n: int) -> str:

@@ -1,4 +1,4 @@
-"""Second-order selection (``-h<n>``, ``-w`` on ``qr`` / ``qp``): the runs that what was chosen, or the question, names.
+"""Second-order selection (``-h<n>``, ``-w`` on ``qr`` / ``qp``): runs named by what was chosen, or by the question.
 
 The question's attention finds the runs it reads directly, but not the runs *those* runs
 depend on in other chunks: in a chain ``VAR A = 12345`` ... ``VAR B = VAR A`` ... the question
@@ -30,7 +30,8 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["MIN_SHARED", "QUESTION_RUNS", "RARE_RUNS", "SEED_SHARE", "WINDOW", "rank_runs", "select_with_hops", "take_runs"]
+__all__ = ["MIN_SHARED", "QUESTION_RUNS", "RARE_RUNS", "SEED_SHARE", "WINDOW", "rank_runs", "select_with_hops",
+           "take_runs"]
 
 RARE_RUNS = 3
 """A token held by at most this many runs links them (a 4-hop chain names each variable in

@@ -123,7 +123,7 @@ def select_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]], method, i
 
 
 class QueryGuided(Linker):
-    """``qr-<r>[-k<k>][-h<n>][-t<m>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
+    """``qr-<r>[-k<k>][-h<n>][-w][-t<m>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
 
     pieces_ok = False
 
