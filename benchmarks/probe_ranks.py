@@ -63,6 +63,24 @@ def budget_to_cover(order: list[int], runs, starts: list[int], chunk_tokens: int
     return sum(runs[j][1] - runs[j][0] for j in order[:worst + 1]) / chunk_tokens
 
 
+def probed_first_pass(lm, haystack, task: str, sample: int, method: str, from_layer: int = 0):
+    """RULER prompt ``sample`` of ``task`` (seed 0, 4k), its chunks compiled for ``method``, linked
+    by ``method``'s first pass (``legolink-k``) with an :class:`AttentionProbe` on its trailing
+    rows from layer ``from_layer``. Returns (the sample, its segments, ``(N,)`` ids, the first
+    pass's ``(N,)`` bool mask, the probe)."""
+    s = generate_sample(lm.tokenizer, haystack, task, min(4096, lm.context_window - 50), sample, seed=0)
+    kvs = compile_for(lm, [list(c.ids) for c in s.chunks], [method])
+    segs = prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(method)], s.suffix, glue=None)
+    ids = concat_ids(segs)
+    first = linker_for(method).recompute(segs)
+    probe = AttentionProbe(rows=trailing_text_rows(segs), from_layer=from_layer)
+    with torch.inference_mode():
+        cache = new_cache(lm, ids.numel(), None)
+        fill_cached_rows(lm, cache, segs)
+        recompute_rows(lm, cache, ids, first.nonzero().squeeze(1), ids.numel(), probe)
+    return s, segs, ids, first, probe
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -77,16 +95,7 @@ def main() -> None:
     rows = []
     for task in tasks:
         for i in range(samples):
-            s = generate_sample(lm.tokenizer, haystack, task, min(4096, lm.context_window - 50), i, seed=0)
-            kvs = compile_for(lm, [list(c.ids) for c in s.chunks], [method])
-            segs = prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(method)], s.suffix, glue=None)
-            ids = concat_ids(segs)
-            first = linker_for(method).recompute(segs)
-            probe = AttentionProbe(rows=trailing_text_rows(segs))
-            with torch.inference_mode():
-                cache = new_cache(lm, ids.numel(), None)
-                fill_cached_rows(lm, cache, segs)
-                recompute_rows(lm, cache, ids, first.nonzero().squeeze(1), ids.numel(), probe)
+            s, segs, ids, first, probe = probed_first_pass(lm, haystack, task, i, method)
             per_layer = torch.stack([x.cpu() for x in probe.layers])  # (L, N)
             n_layers = per_layer.shape[0]
             runs = chunk_spans(segs)
