@@ -31,8 +31,8 @@ CALIBRATION_SEED = 20261204
 re-checks seeds of their own, none of them this one)."""
 
 DEFAULT_RECIPES = ("legolink-16", "qr-4-k4-h1-w-t4", "qr-6-k4-h1", "qp-10", "qr-10")
-"""The fast default; the query-guided recipes of the 1.5B's front: 89% of ``full`` at 12x and 91%
-at 8.5x (docs/RESULTS.md §25-§26); the one-pass probe, the 0.5B's most faithful (§15, §26); the
+"""The fast default; the query-guided recipes of the 1.5B's front: 82-89% of ``full`` at ~12.5x and
+91% at 8.5x (docs/RESULTS.md §25-§26); the one-pass probe, the 0.5B's most faithful (§15, §26); the
 two-pass form at 10%, the closest to ``full`` on the 1.5B (§23). Each recipe adds ~1/8 of the run."""
 
 
