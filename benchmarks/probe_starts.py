@@ -15,16 +15,11 @@ import sys
 
 import torch
 
-from ragpic.core.forward import recompute_rows
-from ragpic.core.link.pieces import linker_for
-from ragpic.core.link.plan import fill_cached_rows, new_cache
-from ragpic.core.link.query_guided import chunk_spans, trailing_text_rows
+from probe_ranks import probed_first_pass
+from ragpic.core.link.query_guided import chunk_spans
 from ragpic.core.model import load_model
-from ragpic.core.ops.attention_probe import AttentionProbe
-from ragpic.core.segments import concat_ids, segment_starts
+from ragpic.core.segments import segment_starts
 from ragpic.eval.data import default_haystack, load_haystack
-from ragpic.eval.ruler_tasks import generate_sample
-from ragpic.eval.variants import compile_for, prompt_segments, variant_key
 
 
 def main() -> None:
@@ -33,15 +28,7 @@ def main() -> None:
     method = sys.argv[2] if len(sys.argv) > 2 else "qr-5-k1"
     haystack = load_haystack(default_haystack())
     for task, index in (("vt", 0), ("niah_multivalue", 1)):
-        s = generate_sample(lm.tokenizer, haystack, task, 4096, index, seed=0)
-        kvs = compile_for(lm, [list(c.ids) for c in s.chunks], [method])
-        segs = prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(method)], s.suffix, glue=None)
-        ids, first = concat_ids(segs), linker_for(method).recompute(segs)
-        probe = AttentionProbe(rows=trailing_text_rows(segs), from_layer=lm.num_layers // 2)
-        with torch.inference_mode():
-            cache = new_cache(lm, ids.numel(), None)
-            fill_cached_rows(lm, cache, segs)
-            recompute_rows(lm, cache, ids, first.nonzero().squeeze(1), ids.numel(), probe)
+        _, segs, ids, _, probe = probed_first_pass(lm, haystack, task, index, method, lm.num_layers // 2)
         score = probe.scores().float()
         runs = chunk_spans(segs)
         weight = torch.tensor([float(score[a:b].sum()) for a, b in runs])

@@ -149,13 +149,13 @@ class QueryGuided(Linker):
             LinkError: the model does not run ragpic's attention, so the probe sees nothing.
         """
         check_probe_runs(lm, self.name)
-        n, first = ids.numel(), rec
-        probe = AttentionProbe(rows=trailing_text_rows(segments), from_layer=int(PROBE_FROM_LAYER * lm.num_layers))
+        n, first, tail = ids.numel(), rec, trailing_text_rows(segments)
+        probe = AttentionProbe(rows=tail, from_layer=int(PROBE_FROM_LAYER * lm.num_layers))
         pos1 = first.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos1, n, probe)
         scores = probe.scores().cpu()  # the pass's one sync
         runs = chunk_spans(segments)
-        chosen = select_runs(scores, runs, self.method, ids, trailing_text_rows(segments))
+        chosen = select_runs(scores, runs, self.method, ids, tail)
         if not chosen.any():  # no chunks: the first pass computed every row
             return logits, first, int(pos1.numel())
         text = torch.ones(n, dtype=torch.bool)  # uncached rows: everything the runs do not cover
@@ -165,7 +165,7 @@ class QueryGuided(Linker):
         second = chosen | (text & after)
         if self.method.tail and not bool((chosen | text).all()):
             # -t<m>: the question's earlier rows keep the first pass's KV (ARCHITECTURE §4.9)
-            second[n - trailing_text_rows(segments):n - self.method.tail] = False
+            second[n - tail:n - self.method.tail] = False
         second[-1] = True
         pos2 = second.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos2, n)

@@ -95,13 +95,14 @@ class QueryProbe(Linker):
         runs = chunk_spans(segments)
         if runs:
             layers = probe_layers(lm.num_layers, self.method.depth)
-            probe = AttentionProbe(rows=trailing_text_rows(segments), from_layer=layers - PROFILED_LAYERS)
+            tail = trailing_text_rows(segments)
+            probe = AttentionProbe(rows=tail, from_layer=layers - PROFILED_LAYERS)
             first = rec.nonzero().squeeze(1)
             shallow_pass(lm, cache, ids, first, int(first[-1]) + 1, layers, probe)
             probed = int(first.numel())
             scores = probe.scores().cpu()  # the link's one sync
             scores[rec] = 0  # rows the forward recomputes anyway: no budget spent on them
-            rec = rec | select_runs(scores, runs, self.method, ids, trailing_text_rows(segments))
+            rec = rec | select_runs(scores, runs, self.method, ids, tail)
         pos = rec.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos, n)
         return logits, rec, probed + int(pos.numel())
