@@ -219,15 +219,17 @@ class RagPic:
              mine: Callable[[str], bool] | None = None,
              compile_missing: Callable[[list[tuple[str, str]], Method], dict[str, ChunkKV]] | None = None,
              pool: SlabPool | None = None, piece_rows: int | None = None, max_prompt_tokens: int | None = None,
-             **sampling) -> LinkedRequest:
+             cache_salt: str = "", **sampling) -> LinkedRequest:
         """Match the prompt against the store (loading or compiling its chunks' KV) and plan its
         link: the :class:`~ragpic.engine.request.LinkedRequest` that :meth:`stream` and the
         server's scheduler then drive. No model work but compiles on a miss.
 
         Args: as :meth:`stream`, plus ``arrived`` (when the request arrived: ``ttft_s`` runs
         from it), ``mine`` and ``compile_missing`` (see :meth:`segments`), ``pool`` (the cache
-        memory; default the engine's), ``piece_rows`` (most rows per link piece) and
-        ``max_prompt_tokens`` (a smaller limit than the model's window: a server's).
+        memory; default the engine's), ``piece_rows`` (most rows per link piece),
+        ``max_prompt_tokens`` (a smaller limit than the model's window: a server's) and
+        ``cache_salt`` (the prompt's leading text links only from KV kept by requests of the same
+        salt: a server passes each namespace's name, :mod:`ragpic.engine.prefix`).
         """
         arrived = time.perf_counter() if arrived is None else arrived
         m = self.method_of(method)
@@ -244,7 +246,7 @@ class RagPic:
                                        f"{max_prompt_tokens} (--max-prompt-tokens): send fewer or shorter chunks")
         return LinkedRequest(self.lm, segs, m, params, stats=stats, pool=self._pool if pool is None else pool,
                              piece_rows=piece_rows, arrived=arrived, model=self.lm.name,
-                             prefixes=self.prefixes if self.config.prefix_cache_tokens else None)
+                             prefixes=self.prefixes if self.config.prefix_cache_tokens else None, cache_salt=cache_salt)
 
     def stream(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
                method: str | Method | None = None, chat: bool = True, timeout: float | None = None,

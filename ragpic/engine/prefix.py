@@ -13,6 +13,11 @@ same KV they would have computed.
 keyed by their token ids, and puts them back in front of later prompts (:meth:`apply`). It is
 an object its owner passes (the engine holds one; each evaluation run makes its own), never a
 global, and bounded by tokens, least recently used first out.
+
+Entries are also keyed by a salt (vLLM's ``cache_salt``): a prompt links only leading text that
+a request with the same salt kept. A server passes each namespace's name, so neither
+``cached_tokens`` nor the link time tells one tenant what system prompt another sent
+(docs/SERVING.md, *Tenants*).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ class PrefixCache:
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0 (0 keeps nothing), got {max_tokens}")
         self.fingerprint, self.max_tokens, self.min_tokens = fingerprint, max_tokens, min_tokens
-        self._entries: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        # (salt, token ids) -> ((L, H, n, D) keys, values)
+        self._entries: OrderedDict[tuple[str, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         self._tokens = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -67,10 +73,16 @@ class PrefixCache:
             return None
         return segments[0]
 
-    def apply(self, segments: Sequence[Segment], linker: Linker) -> list[Segment]:
+    @staticmethod
+    def _key(lead: Segment, salt: str) -> tuple[str, tuple[int, ...]]:
+        if not isinstance(salt, str):
+            raise TypeError(f"salt must be a string (a namespace's name, or \"\"), got {type(salt).__name__}")
+        return salt, tuple(lead.token_ids.tolist())
+
+    def apply(self, segments: Sequence[Segment], linker: Linker, salt: str = "") -> list[Segment]:
         """``segments`` with the leading text replaced by its kept KV when there is an entry for
-        its ids and ``linker`` reads cached rows (not ``full``, which recomputes every row, nor
-        a method with ``prefix_ok`` False); otherwise ``segments`` as they are.
+        its ids under ``salt`` and ``linker`` reads cached rows (not ``full``, which recomputes
+        every row, nor a method with ``prefix_ok`` False); otherwise ``segments`` as they are.
 
         The replacement is a chunk segment at position 0 with the same ids and text, labelled
         with ``linker``'s recipe: its KV is the rows a causal forward computes there, which no
@@ -81,7 +93,7 @@ class PrefixCache:
         lead = self._leading(segments)
         if lead is None or linker.every_row or not linker.prefix_ok:
             return segments
-        key = tuple(lead.token_ids.tolist())
+        key = self._key(lead, salt)
         with self._lock:
             kv = self._entries.get(key)
             if kv is None:
@@ -94,11 +106,12 @@ class PrefixCache:
                                             fingerprint=self.fingerprint, recipe=linker.recipe), lead.text)
         return segments
 
-    def keep(self, segments: Sequence[Segment], result: LinkResult) -> bool:
+    def keep(self, segments: Sequence[Segment], result: LinkResult, salt: str = "") -> bool:
         """Keep the leading text's rows of a finished link (a copy: the cache's memory goes back
         to its pool). Returns whether an entry was added.
 
-        ``segments``: the linked prompt; ``result``: its link. Only a leading *text* segment is
+        ``segments``: the linked prompt; ``result``: its link; ``salt``: only prompts planned
+        with the same salt link the entry. Only a leading *text* segment is
         kept (a chunk there was linked from KV already), only rows the link wrote fresh, and
         only while ``max_tokens`` allows: the least recently used entries make room.
         """
@@ -108,7 +121,7 @@ class PrefixCache:
         n = lead.num_tokens
         if result.rows is not None and not bool(result.rows[:n].all()):
             return False  # a method that left leading rows stale (none does today): not full's rows
-        key = tuple(lead.token_ids.tolist())
+        key = self._key(lead, salt)
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)

@@ -70,6 +70,8 @@ class LinkedRequest:
         prefixes: leading-text KV kept from earlier links (:class:`~ragpic.engine.prefix.PrefixCache`):
             the prompt's leading text is linked from it when it holds those ids, and this link's
             leading rows are kept in it otherwise (None: neither).
+        cache_salt: the prefix entries this request may link and the one it keeps are those of
+            this salt only (a server's namespace; :class:`~ragpic.engine.prefix.PrefixCache`).
 
     Raises what :class:`ragpic.core.link.ChunkedLink` raises for a prompt that cannot link
     (empty, over the window, KV of another model or recipe), before any model work.
@@ -78,12 +80,12 @@ class LinkedRequest:
     def __init__(self, lm: LoadedModel, segments: Sequence[Segment], method: Method, sampling: Sampling, *,
                  stats: MatchStats | None = None, pool: SlabPool | None = None, piece_rows: int | None = None,
                  extra_rows: int = 0, arrived: float | None = None, model: str = "",
-                 prefixes: PrefixCache | None = None):
+                 prefixes: PrefixCache | None = None, cache_salt: str = ""):
         self.lm, self.method, self.sampling, self.pool = lm, method, sampling, pool
         self.stats = stats if stats is not None else MatchStats(matched=sum(s.is_chunk for s in segments))
-        self.prefixes = prefixes
+        self.prefixes, self.cache_salt = prefixes, cache_salt
         # in place of the leading text, not before it: segment indices (stats.fresh) still hold
-        self.segments = list(segments) if prefixes is None else prefixes.apply(segments, linker_for(method))
+        self.segments = list(segments) if prefixes is None else prefixes.apply(segments, linker_for(method), cache_salt)
         self.arrived = time.perf_counter() if arrived is None else arrived
         self.model = model or lm.name
         self.linker = ChunkedLink(lm, self.segments, method, extra_capacity=sampling.max_new_tokens + extra_rows,
@@ -121,7 +123,7 @@ class LinkedRequest:
         was_done = self.linker.done
         done = self.linker.advance()
         if done and not was_done and self.prefixes is not None:
-            self.prefixes.keep(self.segments, self.linker.result)
+            self.prefixes.keep(self.segments, self.linker.result, self.cache_salt)
         return done
 
     def link(self) -> "LinkedRequest":

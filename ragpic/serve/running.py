@@ -42,10 +42,11 @@ class Running:
 
 
 def begin(engine: "RagPic", job: GenJob, pool, max_prompt_tokens: int, piece_rows: int | None = None, *,
-          mine=None, compile_missing=None) -> Running:
+          mine=None, compile_missing=None, cache_salt: str = "") -> Running:
     """Match ``job``'s prompt against the store and plan its link (no model work: misses are
     compiled by ``compile_missing``, or by the engine at once; ``mine``: the store keys the
-    caller may find, see :meth:`ragpic.RagPic.segments`).
+    caller may find, see :meth:`ragpic.RagPic.segments`; ``cache_salt``: whose kept leading
+    text it may link, see :meth:`ragpic.RagPic.plan`).
 
     Raises what the engine raises for a bad request (``ConfigError``, ``LinkError``...) and
     :class:`ContextOverflowError` for a prompt over ``max_prompt_tokens``.
@@ -53,7 +54,8 @@ def begin(engine: "RagPic", job: GenJob, pool, max_prompt_tokens: int, piece_row
     chat = job.messages is not None
     req = engine.plan(job.messages if chat else job.prompt, hints=job.hints, method=job.method, chat=chat,
                       arrived=job.arrived, mine=mine, compile_missing=compile_missing, pool=pool,
-                      piece_rows=piece_rows, max_prompt_tokens=max_prompt_tokens, **job.sampling)
+                      piece_rows=piece_rows, max_prompt_tokens=max_prompt_tokens, cache_salt=cache_salt,
+                      **job.sampling)
     return Running(job, req)
 
 

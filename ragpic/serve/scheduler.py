@@ -152,7 +152,8 @@ class Scheduler:
                 return  # the loop drops it
             compile_missing = lambda missing, method: self._compile_missing(job, missing, method)  # noqa: E731
             plan = begin(self.engine, job, self.pool, self.max_prompt_tokens, self.link_piece,
-                         mine=job.tenant.owns if job.tenant else None, compile_missing=compile_missing)
+                         mine=job.tenant.owns if job.tenant else None, compile_missing=compile_missing,
+                         cache_salt=job.tenant.name if job.tenant else "")
             rows, n = plan.req.kv_rows, plan.req.num_tokens
             if rows > self.max_kv_rows:
                 plan.req.release()

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ragpic.core.decode import Sampling
 from ragpic.core.link import link, linker_for
 from ragpic.core.link.query_guided import chunk_spans
 from ragpic.core.methods import parse_method
 from ragpic.engine.offline import request
 from ragpic.engine.prefix import PrefixCache
+from ragpic.engine.request import LinkedRequest
 from prompts import compile_texts, linked_prompt
 from tiny import tiny_lm
 
@@ -106,3 +108,29 @@ def test_a_prompt_that_is_all_text_or_starts_with_a_chunk_keeps_nothing():
     only_text = linked_prompt(lm, kvs)[:1]
     request(lm, only_text, parse_method("legolink-16"), 1, prefixes=cache).link()
     assert len(cache) == 0
+
+
+def test_a_salt_links_only_the_leading_text_its_own_requests_kept():
+    """A server salts with the namespace: one tenant's system prompt is never linked from (nor
+    counted as cached for) another's, while each still links its own."""
+    lm = tiny_lm("llama", num_hidden_layers=2)
+    segs = linked_prompt(lm, compile_texts(lm))
+    cache = PrefixCache(lm.fingerprint)
+    legolink = parse_method("legolink-16")
+
+    def request(salt: str) -> LinkedRequest:
+        return LinkedRequest(lm, segs, legolink, Sampling(max_new_tokens=1), prefixes=cache, cache_salt=salt)
+
+    alice = request("alice").link()
+    assert len(cache) == 1
+    bob = request("bob")
+    assert not bob.segments[0].is_chunk and cache.misses == 2 and cache.hits == 0
+    assert not cache.apply(segs, linker_for(legolink))[0].is_chunk  # nor the unsalted default
+    bob.link()
+    assert len(cache) == 2  # bob kept his own copy of the same ids
+    again = request("alice")
+    assert again.segments[0].is_chunk and cache.hits == 1
+    logits = again.link().first_logits, alice.first_logits, bob.first_logits
+    assert (logits[0] - logits[1]).abs().max() <= TOL and (logits[1] - logits[2]).abs().max() <= TOL
+    with pytest.raises(TypeError, match="salt"):
+        cache.apply(segs, linker_for(legolink), salt=None)

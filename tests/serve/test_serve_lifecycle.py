@@ -124,6 +124,35 @@ def test_a_prompt_reveals_nothing_another_namespace_stored(home):
         s.stop()
 
 
+def test_a_namespace_never_links_the_leading_text_another_sent(home):
+    """The same system prompt from alice, then bob: bob's first request links none of the rows
+    alice's left in the prefix cache (its ``cached_tokens`` are alice's first's), his second his own."""
+    (home / "keys3.txt").write_text("alice key-a-0123456789abcdef\nbob key-b-0123456789abcdef\n")
+    s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-salt"),
+               "--api-keys", str(home / "keys3.txt"), home=home)
+    system = "you answer from the passages only, in one short line, and say so when they do not say."
+    try:
+        a, b = (s.client(headers={"Authorization": f"Bearer {k}"}) for k in ("key-a-0123456789abcdef", "key-b-0123456789abcdef"))
+        with a, b:
+            chunk = SENTENCES[3]
+            for c in (a, b):
+                assert c.post("/v1/context_cache", json={"texts": [chunk]}).status_code == 200
+
+            def cached(c) -> int:
+                r = c.post("/v1/chat/completions", json=body(messages=[
+                    {"role": "system", "content": system}, {"role": "user", "content": f"{chunk}\n\nq: why?"}]))
+                assert r.status_code == 200, r.text[:300]
+                assert r.json()["ragpic"]["chunks_loaded"] == 1
+                return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+            first, second = cached(a), cached(a)
+            assert second > first > 0  # alice's second links her leading text from her first
+            assert cached(b) == first  # bob's first: nothing of alice's
+            assert cached(b) == second  # his own, from then on
+    finally:
+        s.stop()
+
+
 def test_the_kv_budget_refuses_a_request_that_cannot_fit(home):
     s = Server("--model", str(home / "model"), "--model-id", "tiny", "--store", str(home / "kv-budget"),
                "--max-kv-rows", "200", home=home)
