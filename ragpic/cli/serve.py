@@ -9,6 +9,7 @@ with every other replica on that Redis.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 
@@ -20,6 +21,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``ragpic`` parser."""
     from ragpic.cmdline import at_least, method_name
+    from ragpic.config import Config
 
     p = subparsers.add_parser("serve", help="OpenAI-compatible server with EPIC's context-cache API",
                               description="Serve /v1/chat/completions, /v1/completions, /v1/models, "
@@ -74,9 +76,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--hold-dense", action="store_true",
                    help="under quantized weights, keep each layer's dequantized weight once made: links skip "
                         "the dequantization (~1.2 s each on a 1.5B), for the dense weights' memory")
-    p.add_argument("--prefix-cache-tokens", type=at_least(0), default=8192, metavar="N",
+    rows = next(f.default for f in dataclasses.fields(Config) if f.name == "prefix_cache_tokens")
+    p.add_argument("--prefix-cache-tokens", type=at_least(0), default=rows, metavar="N",
                    help="rows of leading prompt text (template, system prompt) whose exact KV is kept for the "
-                        "next request that starts with it (default 8192; 0: off)")
+                        f"next request of the same namespace that starts with it (default {rows}; 0: off)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run, check=check)
     return p
