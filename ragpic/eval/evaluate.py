@@ -82,22 +82,23 @@ def against_full(run: MethodRun, full: MethodRun) -> dict:
 
 
 def run_methods(lm: LoadedModel, segs_by_recipe: dict[str, list[Segment]], methods: Sequence[str],
-                max_new_tokens: int, teacher_force: bool = True, prefix_cache: bool = True) -> dict[str, MethodRun]:
+                max_new_tokens: int, teacher_force: bool = True, prefix_cache: bool = True,
+                on_run: Callable[[str, MethodRun], None] | None = None) -> dict[str, MethodRun]:
     """Every method on the same prompt; ``full`` first, its answer teacher-forces the others.
 
     ``full``'s own reference rows come from the same teacher-forced forward as everyone
     else's (decode wrote those rows already; the forward rewrites them with the same tokens).
     With ``prefix_cache`` the others link the prompt's leading text from ``full``'s rows, as
     the engine links it from the last request's (:mod:`ragpic.engine.prefix`: exact).
+    ``on_run(method, run)`` is called as each method finishes (progress).
     """
     prefixes = new_prefixes(lm, prefix_cache)
-    full = run_method(lm, segs_by_recipe[variant_key("full")], "full", max_new_tokens,
-                      "self" if teacher_force else None, prefixes)
-    runs: dict[str, MethodRun] = {"full": full}
-    forced = full.answer_ids if teacher_force else None
-    for m in methods:
-        if m != "full":
-            runs[m] = run_method(lm, segs_by_recipe[variant_key(m)], m, max_new_tokens, forced, prefixes)
+    runs: dict[str, MethodRun] = {}
+    for m in ["full", *(m for m in methods if m != "full")]:
+        forced = None if not teacher_force else "self" if m == "full" else runs["full"].answer_ids
+        runs[m] = run_method(lm, segs_by_recipe[variant_key(m)], m, max_new_tokens, forced, prefixes)
+        if on_run is not None:
+            on_run(m, runs[m])
     return runs
 
 

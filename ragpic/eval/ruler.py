@@ -18,10 +18,9 @@ from pathlib import Path
 from ragpic.core.model import LoadedModel
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
-from ragpic.engine.offline import new_prefixes
-from ragpic.eval.evaluate import against_full, run_method
+from ragpic.eval.evaluate import MethodRun, against_full, run_methods
 from ragpic.eval.ruler_tasks import TASKS, RulerSample, generate_sample
-from ragpic.eval.variants import prompt_segments, compile_for, normalize_methods, variant_key
+from ragpic.eval.variants import compile_for, normalize_methods, prompt_segments
 
 __all__ = ["DEFAULT_METHODS", "format_table", "run_ruler", "score_answer", "summarize"]
 
@@ -41,12 +40,11 @@ def _run_sample(lm: LoadedModel, sample: RulerSample, methods: Sequence[str], ma
     :func:`~ragpic.eval.evaluate.run_methods`)."""
     kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], methods)
     segs = {r: prompt_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
-    runs, prefixes = {}, new_prefixes(lm, prefix_cache)
-    for m in methods:  # full first (normalize_methods puts it there): its answer is everyone's teacher
-        forced = "self" if m == "full" else runs["full"].answer_ids
-        runs[m] = run_method(lm, segs[variant_key(m)], m, max_new_tokens, forced, prefixes)
-        if progress:
-            progress(f"{where} {m}: score {score_answer(sample, runs[m].answer):.2f} {runs[m].answer[:60]!r}")
+
+    def said(m: str, run: MethodRun) -> None:
+        progress(f"{where} {m}: score {score_answer(sample, run.answer):.2f} {run.answer[:60]!r}")
+
+    runs = run_methods(lm, segs, methods, max_new_tokens, prefix_cache=prefix_cache, on_run=said if progress else None)
     full = runs["full"]
     return {
         "task": sample.task, "length": sample.length, "sample": sample.index, "context_tokens": full.num_tokens,
