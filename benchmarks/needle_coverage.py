@@ -7,9 +7,9 @@ selection miss (the needle's run never chosen) from a repair miss (chosen, and s
 wrong). Variants: hops ``-h1`` with and without the question's words (``-w``) at a few
 ``QUESTION_RUNS`` thresholds, and ``-w`` without hops.
 
-    python benchmarks/needle_coverage.py GGUF [--tasks niah_multivalue,vt] [--samples 8] [--budgets 0.04,0.06]
+    python benchmarks/needle_coverage.py GGUF [--tasks niah_multivalue,vt] [--samples 8] [--seed 0] [--budgets 0.04,0.06]
 
-(prompts at 4k of seed 0, the evaluation's; bf16, held dense weights, 2 threads). One JSON line per prompt, then the means per task and variant.
+(prompts at 4k of seed 0, the evaluation's, unless ``--seed``; bf16, held dense weights, 2 threads). One JSON line per prompt, then the means per task and variant.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("gguf", help="the model file (Qwen2.5-Coder-1.5B-Instruct's Q4_K_M in docs/RESULTS.md §26)")
     p.add_argument("--tasks", default="niah_multivalue,vt", help="comma list of RULER tasks")
-    p.add_argument("--samples", type=int, default=8, help="prompts per task (seed 0, 4k)")
+    p.add_argument("--samples", type=int, default=8, help="prompts per task (4k)")
+    p.add_argument("--seed", type=int, default=0, help="RULER seed (0: the evaluation's prompts)")
     p.add_argument("--budgets", default="0.04,0.06", help="comma list of budgets r, as fractions")
     args = p.parse_args()
     tasks, budgets = args.tasks.split(","), [float(b) for b in args.budgets.split(",")]
@@ -45,7 +46,7 @@ def main() -> None:
     for task in tasks:
         for i in range(args.samples):
             s, segs, ids, first, probe = probed_first_pass(lm, haystack, task, i, FIRST,
-                                                           int(PROBE_FROM_LAYER * lm.num_layers))
+                                                           int(PROBE_FROM_LAYER * lm.num_layers), args.seed)
             n, tail = ids.numel(), trailing_text_rows(segs)
             starts = needle_starts(lm.tokenizer, ids.tolist(), s.needles)
             lengths = [len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in s.needles]

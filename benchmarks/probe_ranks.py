@@ -63,12 +63,12 @@ def budget_to_cover(order: list[int], runs, starts: list[int], chunk_tokens: int
     return sum(runs[j][1] - runs[j][0] for j in order[:worst + 1]) / chunk_tokens
 
 
-def probed_first_pass(lm, haystack, task: str, sample: int, method: str, from_layer: int = 0):
-    """RULER prompt ``sample`` of ``task`` (seed 0, 4k), its chunks compiled for ``method``, linked
+def probed_first_pass(lm, haystack, task: str, sample: int, method: str, from_layer: int = 0, seed: int = 0):
+    """RULER prompt ``sample`` of ``task`` (``seed``, 4k), its chunks compiled for ``method``, linked
     by ``method``'s first pass (``legolink-k``) with an :class:`AttentionProbe` on its trailing
     rows from layer ``from_layer``. Returns (the sample, its segments, ``(N,)`` ids, the first
     pass's ``(N,)`` bool mask, the probe)."""
-    s = generate_sample(lm.tokenizer, haystack, task, min(4096, lm.context_window - 50), sample, seed=0)
+    s = generate_sample(lm.tokenizer, haystack, task, min(4096, lm.context_window - 50), sample, seed=seed)
     kvs = compile_for(lm, [list(c.ids) for c in s.chunks], [method])
     segs = prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(method)], s.suffix, glue=None)
     ids = concat_ids(segs)
