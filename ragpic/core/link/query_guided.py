@@ -168,5 +168,13 @@ class QueryGuided(Linker):
             second[n - tail:n - self.method.tail] = False
         second[-1] = True
         pos2 = second.nonzero().squeeze(1)
-        logits = recompute_rows(lm, cache, ids, pos2, n)
+        logits = self.second_pass(lm, segments, cache, ids, pos2, chosen)
         return logits, first | second, int(pos1.numel() + pos2.numel())
+
+    def second_pass(self, lm: LoadedModel, segments: Sequence[Segment], cache: LinkedCache, ids: torch.Tensor,
+                    rows: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """The second pass over ``rows`` (``(R,)`` ascending host positions: the chosen runs and
+        the text after the first of them); ``chosen``: ``(N,)`` bool, the runs' rows. Returns the
+        last row's ``(V,)`` fp32 logits. One causal forward through every layer; a variant may
+        forward some rows through fewer (``benchmarks/late_start.py``)."""
+        return recompute_rows(lm, cache, ids, rows, ids.numel())

@@ -1,0 +1,169 @@
+"""Repair the chosen runs in the deeper layers only, from the hidden state each chunk had at compile.
+
+``qr``'s second pass forwards every chosen run through every layer. A compiled chunk's KV moves
+least in the first layers (CacheBlend's KV deviation grows with depth), so a run could start at
+layer ``L0`` from the hidden state its chunk had there when it was compiled alone, and be
+recomputed, now seeing the chunks before it, only in layers ``L0..L-1``: ``(L - L0) / L`` of a
+row's cost, so ``1 / (1 - L0/L)`` times the budget at the same cost. The question and the text
+between the runs still go through every layer. Below ``L0`` the runs keep their compiled KV.
+Storing the hidden state at one layer costs ``hidden`` values a token beside the KV's
+``2 * L * kv_heads * head_dim`` (on Qwen2.5-1.5B: 1,536 against 14,336, +11%).
+
+Each recipe is a ``qr`` method with ``@<L0 fraction>`` (``qr-8-k4-h1-w-t4@0.5`` starts the runs at
+half depth; no suffix: ``qr`` as the engine runs it). Every recipe links the same prompt side by
+side with ``full`` (whose answer teacher-forces the others), as ``ragpic eval ruler`` does; the
+hidden states are taken by a plain forward of each chunk at its compile positions (not timed).
+
+    python benchmarks/late_start.py GGUF [--tasks niah_multivalue,vt] [--samples 8] [--seed 0] \\
+        [--recipes qr-4-k4-h1-w-t4,qr-8-k4-h1-w-t4@0.5] [--json OUT]
+
+(RULER prompts at 4k; bf16, held dense weights, 2 threads, the prefix cache as the engine's.)
+One line per prompt and recipe, then per task and recipe: the mean score over ``full``'s and
+the median link speed-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+
+import torch
+
+from ragpic.core.decode import Sampling
+from ragpic.core.forward import layer_forward, step_inputs
+from ragpic.core.link.query_guided import QueryGuided
+from ragpic.core.methods import parse_method
+from ragpic.core.model import LoadedModel, load_model
+from ragpic.core.ops.device import to_device
+from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.core.segments import Segment, segment_starts
+from ragpic.engine.offline import new_prefixes
+from ragpic.engine.request import LinkedRequest
+from ragpic.eval.data import default_haystack, load_haystack
+from ragpic.eval.evaluate import MethodRun, against_full, run_method
+from ragpic.eval.ruler import score_answer
+from ragpic.eval.ruler_tasks import TASKS, generate_sample
+from ragpic.eval.variants import compile_for, prompt_segments, variant_key
+
+
+class LateStart(QueryGuided):
+    """``qr`` whose second pass starts the chosen runs at layer ``from_layer`` from kept hidden states.
+
+    ``hidden``: chunk token ids -> ``(T, hidden)`` states at the input of layer ``from_layer``,
+    the chunk compiled alone (positions from 0)."""
+
+    def __init__(self, method, from_layer: int, hidden: dict[tuple[int, ...], torch.Tensor]):
+        super().__init__(method)
+        self.from_layer, self.hidden = from_layer, hidden
+
+    @property
+    def name(self) -> str:
+        return f"{self.method.name}@L{self.from_layer}"
+
+    def second_pass(self, lm: LoadedModel, segments: Sequence[Segment], cache: LinkedCache, ids: torch.Tensor,
+                    rows: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        base, n, dev = lm.model.model, ids.numel(), lm.device
+        kept = torch.zeros(n, lm.model.config.hidden_size, dtype=lm.dtype)
+        for seg, start in zip(segments, segment_starts(segments)):
+            if seg.is_chunk and start > 0:
+                kept[start:start + seg.num_tokens] = self.hidden[tuple(seg.token_ids.tolist())]
+        late = chosen[rows]  # (R,) the rows that start at from_layer
+        text = rows[~late]
+        # layers 0..L0-1: the text rows only; the runs keep their compiled KV there
+        step = step_inputs(lm, to_device(text, dev), n, host_positions=text)
+        h = base.embed_tokens(to_device(ids[text], dev)[None])
+        rotary = base.rotary_emb(h, step.rows[None])
+        for layer in base.layers[:self.from_layer]:
+            h = layer_forward(layer, h, rotary, cache, step)
+        # layers L0..: every row, the runs from their compiled hidden state
+        merged = to_device(kept[rows], dev)[None].clone()
+        merged[:, to_device(~late, dev)] = h
+        step = step_inputs(lm, to_device(rows, dev), n, host_positions=rows)
+        rotary = base.rotary_emb(merged, step.rows[None])
+        for layer in base.layers[self.from_layer:]:
+            merged = layer_forward(layer, merged, rotary, cache, step)
+        cache.length = n
+        return lm.model.lm_head(base.norm(merged[:, -1:]))[0, -1].float()
+
+
+def hidden_at(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], layers: set[int]) -> dict[int, dict]:
+    """``layer -> {chunk ids -> (T, hidden)}``: each chunk forwarded alone at positions ``0..T-1``."""
+    out: dict[int, dict] = {layer: {} for layer in layers}
+    with torch.inference_mode():
+        for ids in chunk_ids:
+            x = torch.tensor(ids, device=lm.device)[None]
+            hs = lm.model(input_ids=x, position_ids=torch.arange(len(ids), device=lm.device)[None],
+                          output_hidden_states=True, use_cache=False).hidden_states
+            for layer in layers:
+                out[layer][tuple(ids)] = hs[layer][0].to("cpu", lm.dtype)
+    return out
+
+
+def run_linker(lm: LoadedModel, segs, linker, budget: int, forced, prefixes) -> MethodRun:
+    """:func:`~ragpic.eval.evaluate.run_method` with a :class:`LateStart` in place of a method name."""
+    req = LinkedRequest(lm, segs, linker, Sampling(max_new_tokens=budget), extra_rows=1, prefixes=prefixes).link()
+    first = req.first_logits
+    g = req.run()
+    tf = req.teacher_forced(forced)
+    return MethodRun(linker.name, g.text.strip(), list(g.token_ids), first, tf, g.link_s, g.link_rows, g.prompt_tokens)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("gguf", help="the model file")
+    p.add_argument("--tasks", default="niah_multivalue,vt", help="comma list of RULER tasks")
+    p.add_argument("--samples", type=int, default=8, help="prompts per task (4k)")
+    p.add_argument("--seed", type=int, default=0, help="RULER seed (0: the evaluation's prompts)")
+    p.add_argument("--length", type=int, default=4096, help="prompt tokens")
+    p.add_argument("--recipes", default="qr-4-k4-h1-w-t4,qr-8-k4-h1-w-t4@0.5",
+                   help="comma list: a qr method, with @<fraction of the layers> to start its runs there")
+    p.add_argument("--json", default=None, help="write every record here")
+    args = p.parse_args()
+    torch.set_num_threads(2)
+    lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
+    haystack = load_haystack(default_haystack())
+    recipes = [(r, *r.partition("@")[::2]) for r in args.recipes.split(",")]
+    starts = {r: round(float(frac) * lm.num_layers) if frac else None for r, _, frac in recipes}
+    records = []
+    for task in args.tasks.split(","):
+        budget = TASKS[task].max_new_tokens
+        for i in range(args.samples):
+            s = generate_sample(lm.tokenizer, haystack, task, min(args.length, lm.context_window - budget - 1), i,
+                                seed=args.seed)
+            chunks = [list(c.ids) for c in s.chunks]
+            methods = ["full", *dict.fromkeys(m for _, m, _ in recipes)]
+            kvs = compile_for(lm, chunks, methods)
+            hidden = hidden_at(lm, chunks, {v for v in starts.values() if v is not None})
+            prefixes = new_prefixes(lm)
+            segs = {m: prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(m)], s.suffix, glue=None)
+                    for m in methods}
+            full = run_method(lm, segs["full"], "full", budget, "self", prefixes)
+            row = {"task": task, "sample": i, "full": score_answer(s, full.answer)}
+            for name, m, _ in recipes:
+                if starts[name] is not None:
+                    linker = LateStart(parse_method(m), starts[name], hidden[starts[name]])
+                    run = run_linker(lm, segs[m], linker, budget, full.answer_ids, prefixes)
+                else:
+                    run = run_method(lm, segs[m], m, budget, full.answer_ids, prefixes)
+                row[name] = {**against_full(run, full), "score": score_answer(s, run.answer),
+                             "speedup": full.seconds / run.seconds}
+                print(f"{task} [{i + 1}] {name}: score {row[name]['score']:.2f} (full {row['full']:.2f}) "
+                      f"{row[name]['speedup']:.1f}x rows {run.recomputed} {run.answer[:50]!r}", flush=True)
+            records.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": vars(args), "records": records}, f, indent=1)
+    for task in args.tasks.split(","):
+        mine = [r for r in records if r["task"] == task]
+        full = statistics.mean(r["full"] for r in mine) or float("nan")
+        for name, _, _ in recipes:
+            share = statistics.mean(r[name]["score"] for r in mine) / full
+            speed = statistics.median(r[name]["speedup"] for r in mine)
+            kl = statistics.mean(r[name]["tf_kl_vs_full"] for r in mine)
+            print(f"{task:<18}{name:<28}{share:7.0%}  KL {kl:.3f}  {speed:5.1f}x")
+
+
+if __name__ == "__main__":
+    main()
