@@ -24,13 +24,13 @@ the median link speed-up.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Sequence
 
 import torch
 
+from probe_ranks import ruler_parser
 from ragpic.core.decode import Sampling
 from ragpic.core.forward import layer_forward, step_inputs
 from ragpic.core.link.query_guided import QueryGuided
@@ -111,11 +111,7 @@ def run_linker(lm: LoadedModel, segs, linker, budget: int, forced, prefixes) -> 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("gguf", help="the model file")
-    p.add_argument("--tasks", default="niah_multivalue,vt", help="comma list of RULER tasks")
-    p.add_argument("--samples", type=int, default=8, help="prompts per task (4k)")
-    p.add_argument("--seed", type=int, default=0, help="RULER seed (0: the evaluation's prompts)")
+    p = ruler_parser(__doc__)
     p.add_argument("--length", type=int, default=4096, help="prompt tokens")
     p.add_argument("--recipes", default="qr-4-k4-h1-w-t4,qr-8-k4-h1-w-t4@0.5",
                    help="comma list: a qr method, with @<fraction of the layers> to start its runs there")

@@ -14,12 +14,11 @@ wrong). Variants: hops ``-h1`` with and without the question's words (``-w``) at
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
-from probe_ranks import needle_starts, probed_first_pass
+from probe_ranks import needle_starts, probed_first_pass, ruler_parser
 from ragpic.core.link.hops import select_with_hops
 from ragpic.core.link.query_guided import PROBE_FROM_LAYER, chunk_spans, trailing_text_rows
 from ragpic.core.model import load_model
@@ -31,11 +30,7 @@ VARIANTS = (("-h1", 1, 0), ("-h1-w, words in <= 4 runs", 1, 4), ("-h1-w, <= 8 ru
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("gguf", help="the model file (Qwen2.5-Coder-1.5B-Instruct's Q4_K_M in docs/RESULTS.md §26)")
-    p.add_argument("--tasks", default="niah_multivalue,vt", help="comma list of RULER tasks")
-    p.add_argument("--samples", type=int, default=8, help="prompts per task (4k)")
-    p.add_argument("--seed", type=int, default=0, help="RULER seed (0: the evaluation's prompts)")
+    p = ruler_parser(__doc__, "the model file (Qwen2.5-Coder-1.5B-Instruct's Q4_K_M in docs/RESULTS.md §26)")
     p.add_argument("--budgets", default="0.04,0.06", help="comma list of budgets r, as fractions")
     args = p.parse_args()
     tasks, budgets = args.tasks.split(","), [float(b) for b in args.budgets.split(",")]

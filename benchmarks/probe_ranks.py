@@ -16,6 +16,7 @@ bf16, held dense weights, 2 threads). One JSON line per prompt on stdout.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -61,6 +62,16 @@ def budget_to_cover(order: list[int], runs, starts: list[int], chunk_tokens: int
     rank = {j: r for r, j in enumerate(order)}
     worst = max(rank[j] for p in starts for j, (a, b) in enumerate(runs) if a <= p < b)
     return sum(runs[j][1] - runs[j][0] for j in order[:worst + 1]) / chunk_tokens
+
+
+def ruler_parser(doc: str, model_help: str = "the model file") -> argparse.ArgumentParser:
+    """The arguments the RULER benchmarks share: the model file, ``--tasks``, ``--samples``, ``--seed``."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("gguf", help=model_help)
+    p.add_argument("--tasks", default="niah_multivalue,vt", help="comma list of RULER tasks")
+    p.add_argument("--samples", type=int, default=8, help="prompts per task (4k)")
+    p.add_argument("--seed", type=int, default=0, help="RULER seed (0: the evaluation's prompts)")
+    return p
 
 
 def probed_first_pass(lm, haystack, task: str, sample: int, method: str, from_layer: int = 0, seed: int = 0):
