@@ -102,7 +102,9 @@ def hidden_at(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], layers: set[i
 
 
 def run_linker(lm: LoadedModel, segs, linker, budget: int, forced, prefixes) -> MethodRun:
-    """:func:`~ragpic.eval.evaluate.run_method` with a :class:`LateStart` in place of a method name."""
+    """:func:`~ragpic.eval.evaluate.run_method` with a :class:`LateStart` in place of a method name
+    (the evaluations take only names and types from the core, ``tests/test_layout.py``, so a
+    linker a benchmark builds is run here)."""
     req = LinkedRequest(lm, segs, linker, Sampling(max_new_tokens=budget), extra_rows=1, prefixes=prefixes).link()
     first = req.first_logits
     g = req.run()

@@ -9,7 +9,6 @@ with every other replica on that Redis.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 
@@ -76,7 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--hold-dense", action="store_true",
                    help="under quantized weights, keep each layer's dequantized weight once made: links skip "
                         "the dequantization (~1.2 s each on a 1.5B), for the dense weights' memory")
-    rows = next(f.default for f in dataclasses.fields(Config) if f.name == "prefix_cache_tokens")
+    rows = Config.__dataclass_fields__["prefix_cache_tokens"].default
     p.add_argument("--prefix-cache-tokens", type=at_least(0), default=rows, metavar="N",
                    help="rows of leading prompt text (template, system prompt) whose exact KV is kept for the "
                         f"next request of the same namespace that starts with it (default {rows}; 0: off)")

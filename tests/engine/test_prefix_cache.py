@@ -118,17 +118,17 @@ def test_a_salt_links_only_the_leading_text_its_own_requests_kept():
     cache = PrefixCache(lm.fingerprint)
     legolink = parse_method("legolink-16")
 
-    def request(salt: str) -> LinkedRequest:
+    def salted(salt: str) -> LinkedRequest:
         return LinkedRequest(lm, segs, legolink, Sampling(max_new_tokens=1), prefixes=cache, cache_salt=salt)
 
-    alice = request("alice").link()
+    alice = salted("alice").link()
     assert len(cache) == 1
-    bob = request("bob")
+    bob = salted("bob")
     assert not bob.segments[0].is_chunk and cache.misses == 2 and cache.hits == 0
     assert not cache.apply(segs, linker_for(legolink))[0].is_chunk  # nor the unsalted default
     bob.link()
     assert len(cache) == 2  # bob kept his own copy of the same ids
-    again = request("alice")
+    again = salted("alice")
     assert again.segments[0].is_chunk and cache.hits == 1
     logits = again.link().first_logits, alice.first_logits, bob.first_logits
     assert (logits[0] - logits[1]).abs().max() <= TOL and (logits[1] - logits[2]).abs().max() <= TOL
