@@ -5,7 +5,8 @@ Per RULER prompt: ``qr-<r>-k4``'s first pass with the probe (the deeper half of 
 of the needle sentences' tokens it repairs (for vt: the chain's statements). It separates a
 selection miss (the needle's run never chosen) from a repair miss (chosen, and still answered
 wrong). Variants: hops ``-h1`` with and without the question's words (``-w``) at a few
-``QUESTION_RUNS`` thresholds, and ``-w`` without hops.
+``QUESTION_RUNS`` thresholds, ``-w`` without hops, and the sentence runs of ``-s``
+(``ragpic/core/link/sentences.py``) with and without ``-w``.
 
     python benchmarks/needle_coverage.py GGUF [--tasks niah_multivalue,vt] [--samples 8] [--seed 0] [--budgets 0.04,0.06]
 
@@ -21,12 +22,14 @@ import torch
 from probe_ranks import needle_starts, probed_first_pass, ruler_parser
 from ragpic.core.link.hops import select_with_hops
 from ragpic.core.link.query_guided import PROBE_FROM_LAYER, chunk_spans, trailing_text_rows
+from ragpic.core.link.sentences import sentence_ends, sentence_spans
 from ragpic.core.model import load_model
 from ragpic.eval.data import default_haystack, load_haystack
 
 FIRST = "qr-5-k4"  # the first pass (legolink-4) every variant shares
-VARIANTS = (("-h1", 1, 0), ("-h1-w, words in <= 4 runs", 1, 4), ("-h1-w, <= 8 runs", 1, 8),
-            ("-h1-w, <= 16 runs", 1, 16), ("-w alone, <= 8 runs", 0, 8))
+VARIANTS = (("-h1", 1, 0, False), ("-h1-w, words in <= 4 runs", 1, 4, False), ("-h1-w, <= 8 runs", 1, 8, False),
+            ("-h1-w, <= 16 runs", 1, 16, False), ("-w alone, <= 8 runs", 0, 8, False),
+            ("-h1-s", 1, 0, True), ("-h1-w-s", 1, 4, True))
 
 
 def main() -> None:
@@ -45,12 +48,14 @@ def main() -> None:
             n, tail = ids.numel(), trailing_text_rows(segs)
             starts = needle_starts(lm.tokenizer, ids.tolist(), s.needles)
             lengths = [len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in s.needles]
-            scores, runs, question = probe.scores().cpu(), chunk_spans(segs), ids[n - tail:].tolist()
+            scores, question = probe.scores().cpu(), ids[n - tail:].tolist()
+            plain, sentences = chunk_spans(segs), sentence_spans(segs, sentence_ends(lm.tokenizer, ids))
             row = {"task": task, "sample": i, "needles": len(s.needles), "found": len(starts)}
             for budget in budgets:
-                for name, hops, words in VARIANTS:
-                    chosen = select_with_hops(scores, runs, budget, ids, hops, question if words else (),
-                                              question_runs=words) | first
+                for name, hops, words, whole in VARIANTS:
+                    chosen = select_with_hops(scores, sentences if whole else plain, budget, ids, hops,
+                                              question if words else (), question_runs=words or 4,
+                                              whole_runs=whole) | first
                     cover = [float(chosen[p:p + k].float().mean()) for p, k in zip(starts, lengths)]
                     key = f"{budget:.0%} {name}"
                     row[key] = round(sum(cover) / max(len(cover), 1), 3)

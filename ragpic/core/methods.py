@@ -20,13 +20,13 @@ LEGOLINK0_DUMMIES = 4  # EPIC: 3 extra BOS + the tokenizer's own BOS
 
 METHOD_HELP = ("use 'full', 'naive', 'legolink-<k>' (e.g. legolink-16, legolink-0), "
                "'cacheblend-<percent>' (e.g. cacheblend-15), "
-               "'qr-<percent>[-k<k>][-h<hops>][-w][-t<rows>]' (e.g. qr-3, qr-3-k1, qr-4-k4-h1-w-t4), "
-               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>][-w]' (e.g. qp-5, qp-5-d25, qp-10-h2) "
+               "'qr-<percent>[-k<k>][-h<hops>][-w][-s][-t<rows>]' (e.g. qr-3, qr-3-k1, qr-4-k4-h1-w-s), "
+               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>][-w][-s]' (e.g. qp-5, qp-5-d25, qp-10-h2) "
                "or 'auto' (the fastest calibrated recipe that keeps Config.fidelity of full's accuracy)")
 QR_DEFAULT_K = 16
 QP_DEFAULT_DEPTH = 0.5
 """``qp``'s probe pass runs the first half of the layers unless its name says ``-d<percent>``."""
-_QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?(-w)?(?:-t(\d+))?",
+_QUERY = re.compile(r"(qr|qp)-(\d+(?:\.\d+)?)(?:-k(\d+))?(?:-d(\d+(?:\.\d+)?))?(?:-h(\d+))?(-w)?(-s)?(?:-t(\d+))?",
                     re.ASCII)
 
 
@@ -47,7 +47,7 @@ def recipe_dummies(recipe: str) -> int:
 @dataclass(slots=True, frozen=True)
 class Method:
     """A parsed link method: ``full``, ``naive``, ``legolink-<k>``, ``cacheblend-<r>``,
-    ``qr-<r>[-k<k>][-h<n>][-w][-t<m>]``, ``qp-<r>[-k<k>][-d<d>][-h<n>][-w]`` or ``auto``.
+    ``qr-<r>[-k<k>][-h<n>][-w][-s][-t<m>]``, ``qp-<r>[-k<k>][-d<d>][-h<n>][-w][-s]`` or ``auto``.
 
     Attributes:
         kind: ``full``, ``naive``, ``legolink``, ``cacheblend``, ``qr`` (query-guided recompute),
@@ -63,6 +63,8 @@ class Method:
         hops: ``qr`` / ``qp``: rounds of second-order selection (:mod:`ragpic.core.link.hops`), 0: none.
         words: ``qr`` / ``qp`` (``-w``): the question's own rare words pick runs too, before the hops
             (:func:`~ragpic.core.link.hops.select_with_hops`).
+        sentences: ``qr`` / ``qp`` (``-s``): the chunks are cut into sentence runs, not
+            16-token ones (:mod:`ragpic.core.link.sentences`).
         tail: ``qr`` only: how many of the question's last rows its second pass recomputes
             (``-t<m>``; 0: all of them, the default). The rows before them keep the first
             pass's KV; when every run is chosen the whole question is recomputed, so
@@ -75,6 +77,7 @@ class Method:
     depth: float = 0.0
     hops: int = 0
     words: bool = False
+    sentences: bool = False
     tail: int = 0
 
     @property
@@ -87,7 +90,7 @@ class Method:
             name = f"{self.kind}-{_percent(self.ratio)}" + ("" if self.k == QR_DEFAULT_K else f"-k{self.k}")
             name += "" if self.kind == "qr" or self.depth == QP_DEFAULT_DEPTH else f"-d{_percent(self.depth)}"
             return (name + (f"-h{self.hops}" if self.hops else "") + ("-w" if self.words else "")
-                    + (f"-t{self.tail}" if self.tail else ""))
+                    + ("-s" if self.sentences else "") + (f"-t{self.tail}" if self.tail else ""))
         return self.kind
 
     @property
@@ -131,10 +134,11 @@ def parse_method(name: str | Method) -> Method:
         return Method("auto")
     query = _QUERY.fullmatch(str(name).strip().lower())
     if query:
-        kind, pct, k, depth, hops, words, tail = query.groups()
+        kind, pct, k, depth, hops, words, sentences, tail = query.groups()
         if (0 < float(pct) <= 100 and (depth is None or kind == "qp" and 0 < float(depth) <= 100)
                 and (tail is None or kind == "qr" and int(tail) > 0)):
             return Method(kind, k=int(k) if k else QR_DEFAULT_K, ratio=float(pct) / 100,
                           depth=0.0 if kind == "qr" else float(depth) / 100 if depth else QP_DEFAULT_DEPTH,
-                          hops=int(hops or 0), words=bool(words), tail=int(tail or 0))
+                          hops=int(hops or 0), words=bool(words), sentences=bool(sentences),
+                          tail=int(tail or 0))
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")

@@ -22,7 +22,8 @@ KINDS = ["llama", "qwen2", "mistral", "qwen3", "gemma"]
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("method", ["qr-100", "qr-100-k0", "qp-100", "qp-100-k0", "qp-100-d75", "qr-100-h2", "qp-100-h2",
-                                    "qr-100-k4-h1-t2", "qr-100-k4-h1-w-t2", "qp-100-k1-w"])
+                                    "qr-100-k4-h1-t2", "qr-100-k4-h1-w-t2", "qp-100-k1-w",
+                                    "qr-100-k4-h1-w-s-t2", "qp-100-k1-w-s"])
 def test_full_budget_equals_full(kind, method):
     """Both query-driven methods (qp-100-d75 probes 3 of the 4 layers, the default 2): qp's probe
     pass wrote layers 0..P-1 first and its forward rewrote every one of their rows."""

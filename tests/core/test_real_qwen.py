@@ -44,7 +44,8 @@ def prompt(qwen):
     return segs, link(qwen, segs, "full")
 
 
-@pytest.mark.parametrize("method", ["legolink-1000", "qr-100", "qp-100", "qp-100-h2", "qr-100-k4-h1-w-t4"])
+@pytest.mark.parametrize("method", ["legolink-1000", "qr-100", "qp-100", "qp-100-h2", "qr-100-k4-h1-w-t4",
+                                    "qr-100-k4-h1-w-s-t4"])
 def test_exact_methods_equal_full_on_the_real_model(qwen, prompt, method):
     segs, full = prompt
     linked = link(qwen, segs, method)

@@ -13,7 +13,8 @@ dependency lives, so selection goes:
    :data:`QUESTION_RUNS` runs: the key a multi-value question asks for, whose needles its
    attention, read through a stale cache, finds only some of);
 2. **hops** (``n`` rounds): around every occurrence, outside what is chosen, of a rare token
-   of what the previous round added, a window of :data:`WINDOW` tokens, kept when it holds at
+   of what the previous round added, a window of :data:`WINDOW` tokens (with ``-s``, the
+   sentence run that holds it: :mod:`ragpic.core.link.sentences`), kept when it holds at
    least :data:`MIN_SHARED` of those tokens; the windows holding the most first, then by
    score, while budget remains;
 3. **fill**: the rest of the budget by score, as plain selection does.
@@ -80,15 +81,18 @@ def take_runs(order: Sequence[int], runs: Sequence[tuple[int, int]], mask: torch
 
 
 def _follow(frontier: set[int], positions: dict[int, list[int]], tokens: list[int], mask: torch.Tensor,
-            in_run: torch.Tensor, csum: torch.Tensor, budget: int, covered: int) -> tuple[int, torch.Tensor]:
+            in_run: torch.Tensor, csum: torch.Tensor, budget: int, covered: int,
+            run_of: dict[int, tuple[int, int]] | None = None) -> tuple[int, torch.Tensor]:
     """One round: windows around the uncovered occurrences of ``frontier`` tokens that hold at
     least :data:`MIN_SHARED` of them, most shared first, then by score, into ``mask`` while
-    ``covered < budget``. Returns (tokens covered, ``(N,)`` bool of what this round added)."""
+    ``covered < budget``. Returns (tokens covered, ``(N,)`` bool of what this round added).
+    ``run_of`` (``-s``): position -> the run holding it, which is then the window."""
     windows = []  # (centre, start, end, frontier tokens inside)
     for t in frontier:
         for p in positions[t]:
             if not mask[p]:
-                a, b = max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2)
+                a, b = run_of[p] if run_of is not None else \
+                    (max(0, p - WINDOW // 2), min(mask.numel(), p + WINDOW - WINDOW // 2))
                 shared = len(set(tokens[a:b]) & frontier)
                 if shared >= MIN_SHARED:
                     windows.append((p, a, b, shared))
@@ -107,7 +111,7 @@ def _follow(frontier: set[int], positions: dict[int, list[int]], tokens: list[in
 
 def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: float, ids: torch.Tensor,
                      hops: int, question: Sequence[int] = (),
-                     question_runs: int = QUESTION_RUNS) -> torch.Tensor:
+                     question_runs: int = QUESTION_RUNS, whole_runs: bool = False) -> torch.Tensor:
     """``(N,)`` bool on the CPU: seeds by score, then ``hops`` rounds of windows around the
     occurrences of the last round's rare tokens, then the rest of ``ratio`` of the run tokens by score.
 
@@ -127,9 +131,12 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     in_run = torch.zeros_like(mask)
     holders: dict[int, set[int]] = {}
     positions: dict[int, list[int]] = {}  # token -> its run positions, ascending
+    run_of: dict[int, tuple[int, int]] | None = {} if whole_runs else None
     for i, (a, b) in enumerate(runs):
         in_run[a:b] = True
         for p in range(a, b):
+            if run_of is not None:
+                run_of[p] = (a, b)
             holders.setdefault(tokens[p], set()).add(i)
             positions.setdefault(tokens[p], []).append(p)
     rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
@@ -138,13 +145,13 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     fresh = mask.clone()
     if question:
         named = {t for t in question if 0 < len(holders.get(t, ())) <= question_runs}
-        covered, found = _follow(named, positions, tokens, mask, in_run, csum, budget, covered)
+        covered, found = _follow(named, positions, tokens, mask, in_run, csum, budget, covered, run_of)
         fresh |= found
     for _ in range(hops):
         if covered >= budget:
             break
         covered, fresh = _follow(set(ids[fresh].tolist()) & rare, positions, tokens, mask, in_run, csum, budget,
-                                 covered)
+                                 covered, run_of)
         if not fresh.any():
             break
     take_runs(by_score, runs, mask, budget, covered)

@@ -38,6 +38,7 @@ import torch
 from ragpic.core.forward import recompute_rows
 from ragpic.core.link.hops import rank_runs, select_with_hops, take_runs
 from ragpic.core.link.plan import Linker
+from ragpic.core.link.sentences import sentence_ends, sentence_spans
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.attention_probe import AttentionProbe
@@ -45,8 +46,8 @@ from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment, segment_starts
 from ragpic.errors import LinkError
 
-__all__ = ["SPAN", "QueryGuided", "check_probe_runs", "chunk_spans", "select_runs", "select_spans", "spread_rows",
-           "trailing_text_rows"]
+__all__ = ["SPAN", "QueryGuided", "check_probe_runs", "chunk_spans", "method_runs", "select_runs", "select_spans",
+           "spread_rows", "trailing_text_rows"]
 
 SPAN = 16
 """Tokens per recomputed run: long enough to keep a sentence's tokens together, short enough
@@ -71,6 +72,15 @@ def chunk_spans(segments: Sequence[Segment], span: int = SPAN) -> list[tuple[int
         if seg.is_chunk and start > 0:
             runs += [(a, min(a + span, start + seg.num_tokens)) for a in range(start, start + seg.num_tokens, span)]
     return runs
+
+
+def method_runs(lm: LoadedModel, segments: Sequence[Segment], ids: torch.Tensor, method) -> list[tuple[int, int]]:
+    """The runs ``method`` (``qr`` / ``qp``) chooses among: sentence runs with ``-s``
+    (:mod:`ragpic.core.link.sentences`, marks read from ``ids``, the prompt's ``(N,)`` host
+    ids), else :func:`chunk_spans`. Both cover the same tokens."""
+    if method.sentences:
+        return sentence_spans(segments, sentence_ends(lm.tokenizer, ids))
+    return chunk_spans(segments)
 
 
 def trailing_text_rows(segments: Sequence[Segment]) -> int:
@@ -114,16 +124,16 @@ def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: f
 def select_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]], method, ids: torch.Tensor,
                 trailing: int) -> torch.Tensor:
     """The runs ``method`` (``qr`` / ``qp``) repairs: :func:`select_spans`, or with ``-h<n>`` / ``-w``
-    :func:`~ragpic.core.link.hops.select_with_hops` (``ids``: the prompt's ``(N,)`` host ids;
+    :func:`~ragpic.core.link.hops.select_with_hops`, whose windows are whole runs under ``-s`` (``ids``: the prompt's ``(N,)`` host ids;
     ``trailing``: the question's rows at its end, :func:`trailing_text_rows`)."""
     if method.hops or method.words:
         question = ids[-trailing:].tolist() if method.words else ()
-        return select_with_hops(scores, runs, method.ratio, ids, method.hops, question)
+        return select_with_hops(scores, runs, method.ratio, ids, method.hops, question, whole_runs=method.sentences)
     return select_spans(scores, runs, method.ratio)
 
 
 class QueryGuided(Linker):
-    """``qr-<r>[-k<k>][-h<n>][-w][-t<m>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
+    """``qr-<r>[-k<k>][-h<n>][-w][-s][-t<m>]``: :meth:`recompute` is the first pass (``legolink-k``); it runs whole."""
 
     pieces_ok = False
 
@@ -154,7 +164,7 @@ class QueryGuided(Linker):
         pos1 = first.nonzero().squeeze(1)
         logits = recompute_rows(lm, cache, ids, pos1, n, probe)
         scores = probe.scores().cpu()  # the pass's one sync
-        runs = chunk_spans(segments)
+        runs = method_runs(lm, segments, ids, self.method)
         chosen = select_runs(scores, runs, self.method, ids, tail)
         if not chosen.any():  # no chunks: the first pass computed every row
             return logits, first, int(pos1.numel())

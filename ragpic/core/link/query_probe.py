@@ -9,7 +9,7 @@ never see the repaired runs. Here the question's attention is read at a few shal
    ``depth`` of the layers, half unless its name says ``-d<percent>``) while an
    :class:`~ragpic.core.ops.attention_probe.AttentionProbe` records the attention the question
    pays to every prompt token; the last :data:`PROFILED_LAYERS` of them rank the chunk's
-   16-token runs (:func:`~ragpic.core.link.query_guided.chunk_spans`), rows the forward
+   16-token runs (:func:`~ragpic.core.link.query_guided.chunk_spans`; sentence runs with ``-s``), rows the forward
    recomputes anyway scoring nothing, and the best runs are taken until they cover ``r`` of
    the chunk tokens (:func:`~ragpic.core.link.query_guided.select_spans`; with ``-h<n>``, half
    of them by score and the rest by following rare tokens, :mod:`ragpic.core.link.hops`);
@@ -32,7 +32,7 @@ import torch
 
 from ragpic.core.forward import layer_forward, recompute_rows, step_inputs
 from ragpic.core.link.plan import Linker
-from ragpic.core.link.query_guided import (check_probe_runs, chunk_spans, select_runs, spread_rows,
+from ragpic.core.link.query_guided import (check_probe_runs, method_runs, select_runs, spread_rows,
                                            trailing_text_rows)
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention_probe import AttentionProbe
@@ -92,7 +92,7 @@ class QueryProbe(Linker):
         """
         check_probe_runs(lm, self.name)
         n, probed = ids.numel(), 0
-        runs = chunk_spans(segments)
+        runs = method_runs(lm, segments, ids, self.method)
         if runs:
             layers = probe_layers(lm.num_layers, self.method.depth)
             tail = trailing_text_rows(segments)
