@@ -21,8 +21,14 @@ from ragpic.core.kv_quant import NAMES, KVQuant  # stdlib-only modules
 from ragpic.core.methods import METHOD_HELP, parse_method
 from ragpic.errors import ConfigError, RagPicError, UsageError
 
-__all__ = ["Parser", "at_least", "csv_of", "fraction", "method_name", "method_list", "device_name",
+__all__ = ["DTYPE_HELP", "Parser", "at_least", "csv_of", "fraction", "method_name", "method_list", "device_name",
            "need_module", "need_folder", "need_file", "check_model", "check_output", "run_command"]
+
+DTYPE_HELP = ("model dtype (default: bf16 on a GPU and under quantized weights, which --weights auto picks for a "
+              ".gguf on a CPU with native bf16; else fp32; auto: bf16 also on a dense model on a CPU with native "
+              "bf16, AVX512_BF16/AMX)")
+"""``--dtype``'s help, the same for every command that loads a model (the rule is
+:func:`ragpic.core.weights.resolve.resolve_weights`'s)."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -13,8 +13,8 @@ import math
 import sys
 from pathlib import Path
 
-from ragpic.cmdline import (Parser, at_least, check_model, check_output, csv_of, device_name, fraction, method_list,
-                            need_file, need_folder, need_module)
+from ragpic.cmdline import (DTYPE_HELP, Parser, at_least, check_model, check_output, csv_of, device_name, fraction,
+                            method_list, need_file, need_folder, need_module)
 from ragpic.errors import UsageError
 from ragpic.eval.data import default_dataset, default_haystack, load_qa, parse_chunking
 from ragpic.core.weights import NAMES as WEIGHT_NAMES
@@ -55,8 +55,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", type=device_name, default="auto", help="auto (CUDA if present), cpu, cuda:0 ...")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
-                   help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
-                        "native bf16, AVX512_BF16/AMX)")
+                   help=DTYPE_HELP)
     p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto",
                    help="weight format (default auto: a .gguf keeps its own 4-bit blocks, the rest int4, in bf16, "
                         "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")

@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 
+from ragpic.cmdline import DTYPE_HELP
 from ragpic.core.weights import NAMES as WEIGHT_NAMES
 
 __all__ = ["add_parser", "run"]
@@ -67,8 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="serve /docs, /redoc and /openapi.json (behind --api-key when set; off by default)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda:0...")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
-                   help="model dtype (default: fp32 on the CPU, bf16 on a GPU; auto: bf16 also on a CPU with "
-                        "native bf16)")
+                   help=DTYPE_HELP)
     p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto",
                    help="weight format (default auto: a .gguf keeps its own 4-bit blocks, the rest int4, in bf16, "
                         "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")
