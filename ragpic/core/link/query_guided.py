@@ -124,8 +124,9 @@ def select_spans(scores: torch.Tensor, runs: Sequence[tuple[int, int]], ratio: f
 def select_runs(scores: torch.Tensor, runs: Sequence[tuple[int, int]], method, ids: torch.Tensor,
                 trailing: int) -> torch.Tensor:
     """The runs ``method`` (``qr`` / ``qp``) repairs: :func:`select_spans`, or with ``-h<n>`` / ``-w``
-    :func:`~ragpic.core.link.hops.select_with_hops`, whose windows are whole runs under ``-s`` (``ids``: the prompt's ``(N,)`` host ids;
-    ``trailing``: the question's rows at its end, :func:`trailing_text_rows`)."""
+    :func:`~ragpic.core.link.hops.select_with_hops`, whose windows are whole runs under ``-s``
+    (``ids``: the prompt's ``(N,)`` host ids; ``trailing``: the question's rows at its end,
+    :func:`trailing_text_rows`)."""
     if method.hops or method.words:
         question = ids[-trailing:].tolist() if method.words else ()
         return select_with_hops(scores, runs, method.ratio, ids, method.hops, question, whole_runs=method.sentences)

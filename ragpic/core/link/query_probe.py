@@ -69,7 +69,7 @@ def shallow_pass(lm: LoadedModel, cache: LinkedCache, ids: torch.Tensor, host_po
 
 
 class QueryProbe(Linker):
-    """``qp-<r>[-k<k>][-d<d>]``: :meth:`recompute` is ``legolink-k``'s rows (the probe pass's and the
+    """``qp-<r>[-k<k>][-d<d>][-h<n>][-w][-s]``: :meth:`recompute` is ``legolink-k``'s rows (the probe pass's and the
     forward's fixed part); the runs the forward adds are chosen while it runs, so it runs whole."""
 
     pieces_ok = False
