@@ -29,7 +29,7 @@ fidelity on every task full can do (full scores >= 0.5 there). The table printed
 shows what auto picks. About 9 minutes for Qwen2.5-Coder-0.5B's GGUF on 2 CPU cores with
 native bf16 (AVX512_BF16), about 19 in fp32 on AVX2."""
 
-DEFAULT_RECIPES = "legolink-16,qr-4-k4-h1-w-t4,qr-6-k4-h1,qp-10,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
+DEFAULT_RECIPES = "legolink-16,qr-3-k4-h1-w-s,qr-4-k4-h1-w-s,qp-10,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
 
 
 def _fidelity(text: str) -> float:
