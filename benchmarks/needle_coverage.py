@@ -54,7 +54,7 @@ def main() -> None:
             for budget in budgets:
                 for name, hops, words, whole in VARIANTS:
                     chosen = select_with_hops(scores, sentences if whole else plain, budget, ids, hops,
-                                              question if words else (), question_runs=words or 4,
+                                              question if words else (), question_runs=words,
                                               whole_runs=whole) | first
                     cover = [float(chosen[p:p + k].float().mean()) for p, k in zip(starts, lengths)]
                     key = f"{budget:.0%} {name}"

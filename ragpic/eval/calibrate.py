@@ -33,9 +33,9 @@ calibration's are 2k); a check held out from both needs a seed of its own."""
 
 DEFAULT_RECIPES = ("legolink-16", "qr-3-k4-h1-w-s", "qr-4-k4-h1-w-s", "qp-10", "qr-10")
 """The fast default; the query-guided recipes of the 1.5B's front, on sentence runs: 95-103% of
-``full`` at 10-12x on its RULER 4k prompts, evaluation's and held-out (docs/RESULTS.md §28); the one-pass probe, the 0.5B's
-most faithful (§15, §26); the two-pass form at 10%, the closest to ``full`` on the 1.5B before
-sentence runs (§23). Each recipe adds ~1/8 of the run."""
+``full`` at 10-12x on its RULER 4k prompts, evaluation's and held-out (docs/RESULTS.md §28); the
+one-pass probe, the 0.5B's most faithful (§15, §26); the two-pass form at 10%, the closest to
+``full`` on the 1.5B before sentence runs (§23). Each recipe adds ~1/8 of the run."""
 
 
 def _shares(full: Sequence[float], mine: Sequence[float]) -> float | None:

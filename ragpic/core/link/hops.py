@@ -131,15 +131,13 @@ def select_with_hops(scores: torch.Tensor, runs: Sequence[tuple[int, int]], rati
     in_run = torch.zeros_like(mask)
     holders: dict[int, set[int]] = {}
     positions: dict[int, list[int]] = {}  # token -> its run positions, ascending
-    run_of: dict[int, tuple[int, int]] | None = {} if whole_runs else None
     for i, (a, b) in enumerate(runs):
         in_run[a:b] = True
         for p in range(a, b):
-            if run_of is not None:
-                run_of[p] = (a, b)
             holders.setdefault(tokens[p], set()).add(i)
             positions.setdefault(tokens[p], []).append(p)
     rare = {t for t, h in holders.items() if len(h) <= RARE_RUNS}
+    run_of = {p: (a, b) for a, b in runs for p in range(a, b)} if whole_runs else None
 
     covered = take_runs(by_score, runs, mask, math.ceil(SEED_SHARE * budget) if hops or question else budget, 0)
     fresh = mask.clone()
