@@ -22,7 +22,7 @@ from ragpic.eval.evaluate import MethodRun, against_full, run_methods
 from ragpic.eval.ruler_tasks import TASKS, RulerSample, generate_sample
 from ragpic.eval.variants import compile_for, normalize_methods, prompt_segments
 
-__all__ = ["DEFAULT_METHODS", "format_table", "run_ruler", "score_answer", "summarize"]
+__all__ = ["DEFAULT_METHODS", "format_table", "pool_results", "run_ruler", "score_answer", "summarize"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-16", "cacheblend-15", "qr-10")
 DEFAULT_LENGTHS = (2048, 4096, 8192)
@@ -90,6 +90,40 @@ def run_ruler(lm: LoadedModel, haystack_dir: str | Path, *, tasks: Sequence[str]
                        "weights": str(lm.weights), "weights_summary": lm.weights_summary},
             "samples": records, "summary": summarize(records, tasks, lengths, methods),
             "overall": _aggregate(records, methods)}
+
+
+def pool_results(results: Sequence[dict], methods: Sequence[str] | None = None) -> dict:
+    """Several :func:`run_ruler` results as one: their samples together, summarised again.
+
+    For a bar measured in parts (tasks, seeds or methods run apart on one machine): ``methods``
+    (default: every method all the results ran, in the first one's order; ``full`` is always
+    kept) are kept per sample, the rest dropped. A sample's speed-up is against ``full`` in its
+    own run, so pooled medians mix runs only as far as the runs' machines agree. Returns
+    ``{"config", "samples", "summary", "overall"}`` as :func:`run_ruler` does; ``config`` lists
+    each part's under ``"parts"``.
+
+    Raises:
+        ValueError: no results, or a named method that some result did not run.
+    """
+    if not results:
+        raise ValueError("pool_results: results is empty: pass the dicts run_ruler returned (or their JSON files, read)")
+    ran = [r["config"]["methods"] for r in results]
+    if methods is None:
+        methods = [m for m in ran[0] if all(m in r for r in ran)]
+    methods = ["full"] + [m for m in methods if m != "full"]
+    for i, r in enumerate(ran):
+        missing = [m for m in methods if m not in r]
+        if missing:
+            raise ValueError(f"pool_results: result {i} did not run {missing} (it ran {r}): "
+                             "pass methods= with the ones every result ran")
+    records = [{**s, "methods": {m: s["methods"][m] for m in methods}} for r in results for s in r["samples"]]
+    tasks = list(dict.fromkeys(s["task"] for s in records))
+    lengths = sorted({s["length"] for s in records})
+    summary = {t: {str(n): _aggregate(cell, methods) for n in lengths
+                   if (cell := [s for s in records if s["task"] == t and s["length"] == n])} for t in tasks}
+    return {"config": {"methods": methods, "tasks": tasks, "lengths": lengths,
+                       "parts": [r["config"] for r in results]},
+            "samples": records, "summary": summary, "overall": _aggregate(records, methods)}
 
 
 def _aggregate(records: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
