@@ -15,6 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ragpic.errors import ConfigError
 from ragpic.eval.ruler import format_table, pool_results
 
 
@@ -27,8 +28,11 @@ def main() -> None:
     missing = [str(f) for f in args.parts if not f.is_file()]
     if missing:
         p.error(f"no such file: {', '.join(missing)}")
-    pooled = pool_results([json.loads(f.read_text()) for f in args.parts],
-                          args.methods.split(",") if args.methods else None)
+    try:
+        pooled = pool_results([json.loads(f.read_text()) for f in args.parts],
+                              args.methods.split(",") if args.methods else None)
+    except (ConfigError, json.JSONDecodeError) as e:
+        p.error(str(e))
     print(format_table(pooled))
     if args.json:
         args.json.write_text(json.dumps(pooled, indent=1))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ragpic.core.model import LoadedModel
+from ragpic.errors import ConfigError
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
 from ragpic.eval.evaluate import MethodRun, against_full, run_methods
@@ -103,10 +104,16 @@ def pool_results(results: Sequence[dict], methods: Sequence[str] | None = None) 
     each part's under ``"parts"``.
 
     Raises:
-        ValueError: no results, or a named method that some result did not run.
+        ConfigError: no results, a result that is not :func:`run_ruler`'s, or a named method
+            that some result did not run.
     """
     if not results:
-        raise ValueError("pool_results: results is empty: pass the dicts run_ruler returned (or their JSON files, read)")
+        raise ConfigError("pool_results: results is empty: pass the dicts run_ruler returned (or their JSON files, read)")
+    for i, r in enumerate(results):
+        if not (isinstance(r, dict) and isinstance(r.get("samples"), list)
+                and isinstance(r.get("config"), dict) and "methods" in r["config"]):
+            raise ConfigError(f"pool_results: result {i} is not a run_ruler result (it needs 'config' with "
+                              "'methods', and 'samples'): pass what ragpic eval ruler --json wrote")
     ran = [r["config"]["methods"] for r in results]
     if methods is None:
         methods = [m for m in ran[0] if all(m in r for r in ran)]
@@ -114,7 +121,7 @@ def pool_results(results: Sequence[dict], methods: Sequence[str] | None = None) 
     for i, r in enumerate(ran):
         missing = [m for m in methods if m not in r]
         if missing:
-            raise ValueError(f"pool_results: result {i} did not run {missing} (it ran {r}): "
+            raise ConfigError(f"pool_results: result {i} did not run {missing} (it ran {r}): "
                              "pass methods= with the ones every result ran")
     records = [{**s, "methods": {m: s["methods"][m] for m in methods}} for r in results for s in r["samples"]]
     tasks = list(dict.fromkeys(s["task"] for s in records))

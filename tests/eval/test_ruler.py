@@ -258,13 +258,16 @@ def test_pool_results_summarises_the_parts_samples_together():
     assert pooled["config"]["parts"] == [a["config"], b["config"]]
 
 
-def test_pool_results_names_a_method_a_part_did_not_run():
+def test_pool_results_names_the_part_it_cannot_pool():
+    from ragpic.errors import ConfigError
     from ragpic.eval.ruler import pool_results
 
     a = _result(["full", "qr-4"], [_record("vt", 0, {"full": 1.0, "qr-4": 1.0}, {"full": 40.0, "qr-4": 4.0})])
     b = _result(["full"], [_record("vt", 1, {"full": 1.0}, {"full": 40.0})])
-    with pytest.raises(ValueError, match=r"result 1 did not run \['qr-4'\]"):
+    with pytest.raises(ConfigError, match=r"result 1 did not run \['qr-4'\]"):
         pool_results([a, b], methods=["qr-4"])
-    with pytest.raises(ValueError, match="results is empty"):
+    with pytest.raises(ConfigError, match="results is empty"):
         pool_results([])
+    with pytest.raises(ConfigError, match="result 1 is not a run_ruler result"):
+        pool_results([a, {"summary": {}}])
     assert pool_results([a, b])["config"]["methods"] == ["full"]
