@@ -126,11 +126,10 @@ def pool_results(results: Sequence[dict], methods: Sequence[str] | None = None) 
     records = [{**s, "methods": {m: s["methods"][m] for m in methods}} for r in results for s in r["samples"]]
     tasks = list(dict.fromkeys(s["task"] for s in records))
     lengths = sorted({s["length"] for s in records})
-    summary = {t: {str(n): _aggregate(cell, methods) for n in lengths
-                   if (cell := [s for s in records if s["task"] == t and s["length"] == n])} for t in tasks}
     return {"config": {"methods": methods, "tasks": tasks, "lengths": lengths,
                        "parts": [r["config"] for r in results]},
-            "samples": records, "summary": summary, "overall": _aggregate(records, methods)}
+            "samples": records, "summary": summarize(records, tasks, lengths, methods),
+            "overall": _aggregate(records, methods)}
 
 
 def _aggregate(records: Sequence[dict], methods: Sequence[str]) -> dict[str, dict]:
@@ -158,9 +157,10 @@ def _aggregate(records: Sequence[dict], methods: Sequence[str]) -> dict[str, dic
 
 def summarize(records: Sequence[dict], tasks: Sequence[str], lengths: Sequence[int],
               methods: Sequence[str]) -> dict[str, dict[str, dict]]:
-    """``summary[task][str(length)][method]``: :func:`_aggregate` of that cell's samples."""
-    return {t: {str(n): _aggregate([r for r in records if r["task"] == t and r["length"] == n], methods)
-                for n in lengths} for t in tasks}
+    """``summary[task][str(length)][method]``: :func:`_aggregate` of that cell's samples; a
+    (task, length) with no samples (parts of :func:`pool_results` run at other lengths) is left out."""
+    return {t: {str(n): _aggregate(cell, methods) for n in lengths
+                if (cell := [r for r in records if r["task"] == t and r["length"] == n])} for t in tasks}
 
 
 def format_table(result: dict) -> str:
