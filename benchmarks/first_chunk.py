@@ -1,0 +1,120 @@
+"""Recompute the first chunk's first rows too: the context's start, exact.
+
+The leading text before the first chunk is recomputed (or linked from the prefix cache), so
+the first chunk's rows are the only cached ones whose whole past can be made exact at the
+cost of the rows themselves: recomputing its first ``F`` rows causally in the link's first
+pass gives them exactly ``full``'s KV (everything before them is then exact). Tasks that read
+the context from its start depend on them: common-word extraction, whose answer `full`
+copies from the list's beginning and a linked cache copies for a few words and then loops on
+one (docs/RESULTS.md §29), and a needle at depth 0.
+
+Each recipe is a method with ``+f<F>`` (``legolink-16+f128``, ``qr-4-k4-h1-w-s+f64``): the
+method's rows plus the first chunk's first ``F`` rows in its first pass; no suffix: the method
+as the engine runs it. Every recipe links the same prompt side by side with ``full`` (whose
+answer teacher-forces the others), as ``ragpic eval ruler`` does.
+
+    python benchmarks/first_chunk.py GGUF [--tasks cwe] [--samples 4] [--seed 0] [--length 4096] \\
+        [--recipes legolink-16,legolink-16+f128] [--json OUT]
+
+(RULER prompts; bf16, held dense weights, 2 threads, the prefix cache as the engine's.)
+One line per prompt and recipe, then per task and recipe: the mean score over ``full``'s, the
+teacher-forced KL and the median link speed-up.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+
+import torch
+
+from late_start import run_linker
+from probe_ranks import ruler_parser
+from ragpic.core.link import linker_for
+from ragpic.core.model import load_model
+from ragpic.core.segments import Segment, segment_starts
+from ragpic.engine.offline import new_prefixes
+from ragpic.eval.data import default_haystack, load_haystack
+from ragpic.eval.evaluate import against_full, run_method
+from ragpic.eval.ruler import score_answer
+from ragpic.eval.ruler_tasks import TASKS, generate_sample
+from ragpic.eval.variants import compile_for, prompt_segments, variant_key
+
+
+def first_chunk_rows(segments: Sequence[Segment], rows: int) -> torch.Tensor:
+    """``(N,)`` bool: the first ``rows`` rows of the first chunk after position 0 (the leading
+    text linked from the prefix cache is a chunk at 0, exact already); none when no chunk."""
+    mask = torch.zeros(sum(s.num_tokens for s in segments), dtype=torch.bool)
+    for seg, start in zip(segments, segment_starts(segments)):
+        if seg.is_chunk and start > 0:
+            mask[start:start + min(rows, seg.num_tokens)] = True
+            break
+    return mask
+
+
+def with_first_chunk(method: str, rows: int):
+    """The engine's linker for ``method``, whose first pass also recomputes the first chunk's
+    first ``rows`` rows (they run in position order with the method's own, so they are exact)."""
+    linker = linker_for(method)
+    base = linker.recompute
+
+    def recompute(segments):
+        return base(segments) | first_chunk_rows(segments, rows)
+
+    linker.recompute = recompute  # this one object only: the benchmark's own linker
+    return linker
+
+
+def main() -> None:
+    p = ruler_parser(__doc__)
+    p.set_defaults(tasks="cwe", samples=4)
+    p.add_argument("--length", type=int, default=4096, help="prompt tokens")
+    p.add_argument("--recipes", default="legolink-16,legolink-16+f128",
+                   help="comma list: a method, with +f<F> to recompute the first chunk's first F rows too")
+    p.add_argument("--json", default=None, help="write every record here")
+    args = p.parse_args()
+    torch.set_num_threads(2)
+    lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
+    haystack = load_haystack(default_haystack())
+    recipes = [(r, *r.partition("+f")[::2]) for r in args.recipes.split(",")]
+    records = []
+    for task in args.tasks.split(","):
+        budget = TASKS[task].max_new_tokens
+        for i in range(args.samples):
+            s = generate_sample(lm.tokenizer, haystack, task, min(args.length, lm.context_window - budget - 1), i,
+                                seed=args.seed)
+            chunks = [list(c.ids) for c in s.chunks]
+            methods = ["full", *dict.fromkeys(m for _, m, _ in recipes)]
+            kvs = compile_for(lm, chunks, methods)
+            prefixes = new_prefixes(lm)
+            segs = {m: prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(m)], s.suffix, glue=None)
+                    for m in methods}
+            full = run_method(lm, segs["full"], "full", budget, "self", prefixes)
+            row = {"task": task, "sample": i, "full": score_answer(s, full.answer), "full_answer": full.answer}
+            for name, m, first in recipes:
+                if first:
+                    linker = with_first_chunk(m, int(first))
+                    run = run_linker(lm, segs[m], linker, budget, full.answer_ids, prefixes)
+                else:
+                    run = run_method(lm, segs[m], m, budget, full.answer_ids, prefixes)
+                row[name] = {**against_full(run, full), "score": score_answer(s, run.answer),
+                             "speedup": full.seconds / run.seconds, "rows": run.recomputed, "answer": run.answer}
+                print(f"{task} [{i + 1}] {name}: score {row[name]['score']:.2f} (full {row['full']:.2f}) "
+                      f"{row[name]['speedup']:.1f}x rows {run.recomputed} {run.answer[:60]!r}", flush=True)
+            records.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": vars(args), "records": records}, f, indent=1)
+    for task in args.tasks.split(","):
+        mine = [r for r in records if r["task"] == task]
+        full = statistics.mean(r["full"] for r in mine) or float("nan")
+        for name, _, _ in recipes:
+            share = statistics.mean(r[name]["score"] for r in mine) / full
+            speed = statistics.median(r[name]["speedup"] for r in mine)
+            kl = statistics.mean(r[name]["tf_kl_vs_full"] for r in mine)
+            print(f"{task:<18}{name:<28}{share:7.0%}  KL {kl:.3f}  {speed:5.1f}x")
+
+
+if __name__ == "__main__":
+    main()
