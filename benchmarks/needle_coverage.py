@@ -5,8 +5,10 @@ Per RULER prompt: ``qr-<r>-k4``'s first pass with the probe (the deeper half of 
 of the needle sentences' tokens it repairs (for vt: the chain's statements). It separates a
 selection miss (the needle's run never chosen) from a repair miss (chosen, and still answered
 wrong). Variants: hops ``-h1`` with and without the question's words (``-w``) at a few
-``QUESTION_RUNS`` thresholds, ``-w`` without hops, and the sentence runs of ``-s``
-(``ragpic/core/link/sentences.py``) with and without ``-w``.
+``QUESTION_RUNS`` thresholds, ``-w`` without hops, the sentence runs of ``-s``
+(``ragpic/core/link/sentences.py``) with and without ``-w``, and ``-w-s`` with two and three
+hop rounds (docs/RESULTS.md §30). Per task and variant: the mean coverage, and the mean number
+of needles a prompt leaves under half covered.
 
     python benchmarks/needle_coverage.py GGUF [--tasks niah_multivalue,vt] [--samples 8] [--seed 0] [--budgets 0.04,0.06]
 
@@ -29,7 +31,7 @@ from ragpic.eval.data import default_haystack, load_haystack
 FIRST = "qr-5-k4"  # the first pass (legolink-4) every variant shares
 VARIANTS = (("-h1", 1, 0, False), ("-h1-w, words in <= 4 runs", 1, 4, False), ("-h1-w, <= 8 runs", 1, 8, False),
             ("-h1-w, <= 16 runs", 1, 16, False), ("-w alone, <= 8 runs", 0, 8, False),
-            ("-h1-s", 1, 0, True), ("-h1-w-s", 1, 4, True))
+            ("-h1-s", 1, 0, True), ("-h1-w-s", 1, 4, True), ("-h2-w-s", 2, 4, True), ("-h3-w-s", 3, 4, True))
 
 
 def main() -> None:
@@ -60,6 +62,9 @@ def main() -> None:
                     key = f"{budget:.0%} {name}"
                     row[key] = round(sum(cover) / max(len(cover), 1), 3)
                     means.setdefault((task, key), []).append(row[key])
+                    # a needle (a vt statement) under half repaired: a selection miss
+                    missed = row[f"{key}, needles < 50% covered"] = sum(c < 0.5 for c in cover)
+                    means.setdefault((task, f"{key}, needles < 50% covered"), []).append(missed)
             print(json.dumps(row), flush=True)
     for (task, key), values in means.items():
         print(f"{task:<18}{key:<32}{sum(values) / len(values):.3f}")
