@@ -24,22 +24,15 @@ teacher-forced KL and the median link speed-up.
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 
 import torch
 
-from late_start import run_linker
 from probe_ranks import ruler_parser
 from ragpic.core.link import linker_for
 from ragpic.core.model import load_model
 from ragpic.core.segments import Segment, segment_starts
-from ragpic.engine.offline import new_prefixes
-from ragpic.eval.data import default_haystack, load_haystack
-from ragpic.eval.evaluate import against_full, run_method
-from ragpic.eval.ruler import score_answer
-from ragpic.eval.ruler_tasks import TASKS, generate_sample
-from ragpic.eval.variants import compile_for, prompt_segments, variant_key
+from side_by_side import print_summary, side_by_side
 
 
 def first_chunk_rows(segments: Sequence[Segment], rows: int) -> torch.Tensor:
@@ -76,44 +69,15 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(2)
     lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
-    haystack = load_haystack(default_haystack())
     recipes = [(r, *r.partition("+f")[::2]) for r in args.recipes.split(",")]
-    records = []
-    for task in args.tasks.split(","):
-        budget = TASKS[task].max_new_tokens
-        for i in range(args.samples):
-            s = generate_sample(lm.tokenizer, haystack, task, min(args.length, lm.context_window - budget - 1), i,
-                                seed=args.seed)
-            chunks = [list(c.ids) for c in s.chunks]
-            methods = ["full", *dict.fromkeys(m for _, m, _ in recipes)]
-            kvs = compile_for(lm, chunks, methods)
-            prefixes = new_prefixes(lm)
-            segs = {m: prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(m)], s.suffix, glue=None)
-                    for m in methods}
-            full = run_method(lm, segs["full"], "full", budget, "self", prefixes)
-            row = {"task": task, "sample": i, "full": score_answer(s, full.answer), "full_answer": full.answer}
-            for name, m, first in recipes:
-                if first:
-                    linker = with_first_chunk(m, int(first))
-                    run = run_linker(lm, segs[m], linker, budget, full.answer_ids, prefixes)
-                else:
-                    run = run_method(lm, segs[m], m, budget, full.answer_ids, prefixes)
-                row[name] = {**against_full(run, full), "score": score_answer(s, run.answer),
-                             "speedup": full.seconds / run.seconds, "rows": run.recomputed, "answer": run.answer}
-                print(f"{task} [{i + 1}] {name}: score {row[name]['score']:.2f} (full {row['full']:.2f}) "
-                      f"{row[name]['speedup']:.1f}x rows {run.recomputed} {run.answer[:60]!r}", flush=True)
-            records.append(row)
+    first = {r: int(f) for r, _, f in recipes if f}
+    tasks = args.tasks.split(",")
+    records = side_by_side(lm, tasks, args.samples, args.seed, args.length, [(r, m) for r, m, _ in recipes],
+                           lambda name, m, _: with_first_chunk(m, first[name]) if name in first else None)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": vars(args), "records": records}, f, indent=1)
-    for task in args.tasks.split(","):
-        mine = [r for r in records if r["task"] == task]
-        full = statistics.mean(r["full"] for r in mine) or float("nan")
-        for name, _, _ in recipes:
-            share = statistics.mean(r[name]["score"] for r in mine) / full
-            speed = statistics.median(r[name]["speedup"] for r in mine)
-            kl = statistics.mean(r[name]["tf_kl_vs_full"] for r in mine)
-            print(f"{task:<18}{name:<28}{share:7.0%}  KL {kl:.3f}  {speed:5.1f}x")
+    print_summary(records, tasks, [r for r, _, _ in recipes])
 
 
 if __name__ == "__main__":

@@ -25,13 +25,11 @@ the median link speed-up.
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 
 import torch
 
 from probe_ranks import ruler_parser
-from ragpic.core.decode import Sampling
 from ragpic.core.forward import layer_forward, step_inputs
 from ragpic.core.link.query_guided import QueryGuided
 from ragpic.core.methods import parse_method
@@ -39,13 +37,7 @@ from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment, segment_starts
-from ragpic.engine.offline import new_prefixes
-from ragpic.engine.request import LinkedRequest
-from ragpic.eval.data import default_haystack, load_haystack
-from ragpic.eval.evaluate import MethodRun, against_full, run_method
-from ragpic.eval.ruler import score_answer
-from ragpic.eval.ruler_tasks import TASKS, generate_sample
-from ragpic.eval.variants import compile_for, prompt_segments, variant_key
+from side_by_side import print_summary, side_by_side
 
 
 class LateStart(QueryGuided):
@@ -101,17 +93,6 @@ def hidden_at(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], layers: set[i
     return out
 
 
-def run_linker(lm: LoadedModel, segs, linker, budget: int, forced, prefixes) -> MethodRun:
-    """:func:`~ragpic.eval.evaluate.run_method` with a :class:`LateStart` in place of a method name
-    (the evaluations take only names and types from the core, ``tests/test_layout.py``, so a
-    linker a benchmark builds is run here)."""
-    req = LinkedRequest(lm, segs, linker, Sampling(max_new_tokens=budget), extra_rows=1, prefixes=prefixes).link()
-    first = req.first_logits
-    g = req.run()
-    tf = req.teacher_forced(forced)
-    return MethodRun(linker.name, g.text.strip(), list(g.token_ids), first, tf, g.link_s, g.link_rows, g.prompt_tokens)
-
-
 def main() -> None:
     p = ruler_parser(__doc__)
     p.add_argument("--length", type=int, default=4096, help="prompt tokens")
@@ -121,46 +102,26 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(2)
     lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
-    haystack = load_haystack(default_haystack())
     recipes = [(r, *r.partition("@")[::2]) for r in args.recipes.split(",")]
     starts = {r: round(float(frac) * lm.num_layers) if frac else None for r, _, frac in recipes}
-    records = []
-    for task in args.tasks.split(","):
-        budget = TASKS[task].max_new_tokens
-        for i in range(args.samples):
-            s = generate_sample(lm.tokenizer, haystack, task, min(args.length, lm.context_window - budget - 1), i,
-                                seed=args.seed)
-            chunks = [list(c.ids) for c in s.chunks]
-            methods = ["full", *dict.fromkeys(m for _, m, _ in recipes)]
-            kvs = compile_for(lm, chunks, methods)
-            hidden = hidden_at(lm, chunks, {v for v in starts.values() if v is not None})
-            prefixes = new_prefixes(lm)
-            segs = {m: prompt_segments(lm.tokenizer, s.prefix, kvs[variant_key(m)], s.suffix, glue=None)
-                    for m in methods}
-            full = run_method(lm, segs["full"], "full", budget, "self", prefixes)
-            row = {"task": task, "sample": i, "full": score_answer(s, full.answer)}
-            for name, m, _ in recipes:
-                if starts[name] is not None:
-                    linker = LateStart(parse_method(m), starts[name], hidden[starts[name]])
-                    run = run_linker(lm, segs[m], linker, budget, full.answer_ids, prefixes)
-                else:
-                    run = run_method(lm, segs[m], m, budget, full.answer_ids, prefixes)
-                row[name] = {**against_full(run, full), "score": score_answer(s, run.answer),
-                             "speedup": full.seconds / run.seconds}
-                print(f"{task} [{i + 1}] {name}: score {row[name]['score']:.2f} (full {row['full']:.2f}) "
-                      f"{row[name]['speedup']:.1f}x rows {run.recomputed} {run.answer[:50]!r}", flush=True)
-            records.append(row)
+    memo: dict[tuple, dict] = {}
+
+    def linker_of(name: str, method: str, chunks: list[list[int]]):
+        if starts[name] is None:
+            return None
+        key = tuple(map(tuple, chunks))
+        if key not in memo:  # one plain forward per prompt, for every layer a recipe starts at
+            memo.clear()
+            memo[key] = hidden_at(lm, chunks, {v for v in starts.values() if v is not None})
+        return LateStart(parse_method(method), starts[name], memo[key][starts[name]])
+
+    tasks = args.tasks.split(",")
+    records = side_by_side(lm, tasks, args.samples, args.seed, args.length, [(r, m) for r, m, _ in recipes],
+                           linker_of)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": vars(args), "records": records}, f, indent=1)
-    for task in args.tasks.split(","):
-        mine = [r for r in records if r["task"] == task]
-        full = statistics.mean(r["full"] for r in mine) or float("nan")
-        for name, _, _ in recipes:
-            share = statistics.mean(r[name]["score"] for r in mine) / full
-            speed = statistics.median(r[name]["speedup"] for r in mine)
-            kl = statistics.mean(r[name]["tf_kl_vs_full"] for r in mine)
-            print(f"{task:<18}{name:<28}{share:7.0%}  KL {kl:.3f}  {speed:5.1f}x")
+    print_summary(records, tasks, [r for r, _, _ in recipes])
 
 
 if __name__ == "__main__":
