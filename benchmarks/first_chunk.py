@@ -23,16 +23,13 @@ teacher-forced KL and the median link speed-up.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import torch
 
-from probe_ranks import ruler_parser
 from ragpic.core.link import linker_for
-from ragpic.core.model import load_model
 from ragpic.core.segments import Segment, segment_starts
-from side_by_side import print_summary, side_by_side
+from side_by_side import load, print_summary, recipe_parser, side_by_side
 
 
 def first_chunk_rows(segments: Sequence[Segment], rows: int) -> torch.Tensor:
@@ -60,24 +57,17 @@ def with_first_chunk(method: str, rows: int):
 
 
 def main() -> None:
-    p = ruler_parser(__doc__)
+    p = recipe_parser(__doc__, "legolink-16,legolink-16+f128",
+                      "comma list: a method, with +f<F> to recompute the first chunk's first F rows too")
     p.set_defaults(tasks="cwe", samples=4)
-    p.add_argument("--length", type=int, default=4096, help="prompt tokens")
-    p.add_argument("--recipes", default="legolink-16,legolink-16+f128",
-                   help="comma list: a method, with +f<F> to recompute the first chunk's first F rows too")
-    p.add_argument("--json", default=None, help="write every record here")
     args = p.parse_args()
-    torch.set_num_threads(2)
-    lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
+    lm = load(args.gguf)
     recipes = [(r, *r.partition("+f")[::2]) for r in args.recipes.split(",")]
     first = {r: int(f) for r, _, f in recipes if f}
     tasks = args.tasks.split(",")
     records = side_by_side(lm, tasks, args.samples, args.seed, args.length, [(r, m) for r, m, _ in recipes],
                            lambda name, m, _: with_first_chunk(m, first[name]) if name in first else None)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"config": vars(args), "records": records}, f, indent=1)
-    print_summary(records, tasks, [r for r, _, _ in recipes])
+    print_summary(records, tasks, [r for r, _, _ in recipes], args)
 
 
 if __name__ == "__main__":

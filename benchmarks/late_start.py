@@ -24,20 +24,18 @@ the median link speed-up.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import torch
 
-from probe_ranks import ruler_parser
 from ragpic.core.forward import layer_forward, step_inputs
 from ragpic.core.link.query_guided import QueryGuided
 from ragpic.core.methods import parse_method
-from ragpic.core.model import LoadedModel, load_model
+from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment, segment_starts
-from side_by_side import print_summary, side_by_side
+from side_by_side import load, print_summary, recipe_parser, side_by_side
 
 
 class LateStart(QueryGuided):
@@ -94,14 +92,10 @@ def hidden_at(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], layers: set[i
 
 
 def main() -> None:
-    p = ruler_parser(__doc__)
-    p.add_argument("--length", type=int, default=4096, help="prompt tokens")
-    p.add_argument("--recipes", default="qr-4-k4-h1-w-t4,qr-8-k4-h1-w-t4@0.5",
-                   help="comma list: a qr method, with @<fraction of the layers> to start its runs there")
-    p.add_argument("--json", default=None, help="write every record here")
+    p = recipe_parser(__doc__, "qr-4-k4-h1-w-t4,qr-8-k4-h1-w-t4@0.5",
+                      "comma list: a qr method, with @<fraction of the layers> to start its runs there")
     args = p.parse_args()
-    torch.set_num_threads(2)
-    lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
+    lm = load(args.gguf)
     recipes = [(r, *r.partition("@")[::2]) for r in args.recipes.split(",")]
     starts = {r: round(float(frac) * lm.num_layers) if frac else None for r, _, frac in recipes}
     memo: dict[tuple, dict] = {}
@@ -118,10 +112,7 @@ def main() -> None:
     tasks = args.tasks.split(",")
     records = side_by_side(lm, tasks, args.samples, args.seed, args.length, [(r, m) for r, m, _ in recipes],
                            linker_of)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"config": vars(args), "records": records}, f, indent=1)
-    print_summary(records, tasks, [r for r, _, _ in recipes])
+    print_summary(records, tasks, [r for r, _, _ in recipes], args)
 
 
 if __name__ == "__main__":

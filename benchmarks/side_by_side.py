@@ -8,12 +8,17 @@ the prefix cache as the engine's). Used by ``late_start.py`` and ``first_chunk.p
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 from collections.abc import Callable, Sequence
 
+import torch
+
+from probe_ranks import ruler_parser
 from ragpic.core.decode import Sampling
 from ragpic.core.link import Linker
-from ragpic.core.model import LoadedModel
+from ragpic.core.model import LoadedModel, load_model
 from ragpic.engine.offline import new_prefixes
 from ragpic.engine.request import LinkedRequest
 from ragpic.eval.data import default_haystack, load_haystack
@@ -24,6 +29,21 @@ from ragpic.eval.variants import compile_for, prompt_segments, variant_key
 
 LinkerOf = Callable[[str, str, list[list[int]]], Linker | None]
 """``(recipe name, its method, the prompt's chunk ids) -> a linker``, or None: the method as the engine runs it."""
+
+
+def recipe_parser(doc: str, recipes: str, recipes_help: str) -> argparse.ArgumentParser:
+    """:func:`ruler_parser`'s arguments, ``--length``, ``--recipes`` (default ``recipes``) and ``--json``."""
+    p = ruler_parser(doc)
+    p.add_argument("--length", type=int, default=4096, help="prompt tokens")
+    p.add_argument("--recipes", default=recipes, help=recipes_help)
+    p.add_argument("--json", default=None, help="write every record here")
+    return p
+
+
+def load(path: str) -> LoadedModel:
+    """The model as the RESULTS runs load it: bf16, held dense weights, 2 threads."""
+    torch.set_num_threads(2)
+    return load_model(path, device="cpu", dtype="bfloat16", hold_dense=True)
 
 
 def run_linker(lm: LoadedModel, segs, linker: Linker, budget: int, forced, prefixes) -> MethodRun:
@@ -68,8 +88,13 @@ def side_by_side(lm: LoadedModel, tasks: Sequence[str], samples: int, seed: int,
     return records
 
 
-def print_summary(records: Sequence[dict], tasks: Sequence[str], names: Sequence[str]) -> None:
-    """Per task and recipe: the mean score over ``full``'s, the mean TF KL, the median speed-up."""
+def print_summary(records: Sequence[dict], tasks: Sequence[str], names: Sequence[str],
+                  args: argparse.Namespace | None = None) -> None:
+    """Per task and recipe: the mean score over ``full``'s, the mean TF KL, the median speed-up;
+    every record written to ``args.json`` first when it is set."""
+    if args is not None and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": vars(args), "records": records}, f, indent=1)
     for task in tasks:
         mine = [r for r in records if r["task"] == task]
         full = statistics.mean(r["full"] for r in mine) or float("nan")
