@@ -89,8 +89,7 @@ def run_ruler(lm: LoadedModel, haystack_dir: str | Path, *, tasks: Sequence[str]
                        "task_max_new_tokens": {t: TASKS[t].max_new_tokens for t in tasks},
                        "model": lm.name, "fingerprint": lm.fingerprint, "dtype": str(lm.dtype),
                        "weights": str(lm.weights), "weights_summary": lm.weights_summary},
-            "samples": records, "summary": summarize(records, tasks, lengths, methods),
-            "overall": _aggregate(records, methods)}
+            **_summaries(records, tasks, lengths, methods)}
 
 
 def pool_results(results: Sequence[dict], methods: Sequence[str] | None = None) -> dict:
@@ -128,7 +127,14 @@ def pool_results(results: Sequence[dict], methods: Sequence[str] | None = None) 
     lengths = sorted({s["length"] for s in records})
     return {"config": {"methods": methods, "tasks": tasks, "lengths": lengths,
                        "parts": [r["config"] for r in results]},
-            "samples": records, "summary": summarize(records, tasks, lengths, methods),
+            **_summaries(records, tasks, lengths, methods)}
+
+
+def _summaries(records: list[dict], tasks: Sequence[str], lengths: Sequence[int],
+               methods: Sequence[str]) -> dict:
+    """A result's ``samples``, ``summary`` (per cell) and ``overall`` (every sample): one shape for
+    :func:`run_ruler` and :func:`pool_results`."""
+    return {"samples": records, "summary": summarize(records, tasks, lengths, methods),
             "overall": _aggregate(records, methods)}
 
 
