@@ -29,7 +29,7 @@ import torch
 
 from ragpic.core.link import linker_for
 from ragpic.core.segments import Segment, segment_starts
-from side_by_side import load, print_summary, recipe_parser, side_by_side
+from side_by_side import load, recipe_parser, report, side_by_side
 
 
 def first_chunk_rows(segments: Sequence[Segment], rows: int) -> torch.Tensor:
@@ -67,7 +67,7 @@ def main() -> None:
     tasks = args.tasks.split(",")
     records = side_by_side(lm, tasks, args.samples, args.seed, args.length, [(r, m) for r, m, _ in recipes],
                            lambda name, m, _: with_first_chunk(m, first[name]) if name in first else None)
-    print_summary(records, tasks, [r for r, _, _ in recipes], args)
+    report(records, tasks, [r for r, _, _ in recipes], args)
 
 
 if __name__ == "__main__":

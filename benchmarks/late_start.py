@@ -35,7 +35,7 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
 from ragpic.core.segments import Segment, segment_starts
-from side_by_side import load, print_summary, recipe_parser, side_by_side
+from side_by_side import load, recipe_parser, report, side_by_side
 
 
 class LateStart(QueryGuided):
@@ -112,7 +112,7 @@ def main() -> None:
     tasks = args.tasks.split(",")
     records = side_by_side(lm, tasks, args.samples, args.seed, args.length, [(r, m) for r, m, _ in recipes],
                            linker_of)
-    print_summary(records, tasks, [r for r, _, _ in recipes], args)
+    report(records, tasks, [r for r, _, _ in recipes], args)
 
 
 if __name__ == "__main__":

@@ -88,10 +88,10 @@ def side_by_side(lm: LoadedModel, tasks: Sequence[str], samples: int, seed: int,
     return records
 
 
-def print_summary(records: Sequence[dict], tasks: Sequence[str], names: Sequence[str],
-                  args: argparse.Namespace | None = None) -> None:
-    """Per task and recipe: the mean score over ``full``'s, the mean TF KL, the median speed-up;
-    every record written to ``args.json`` first when it is set."""
+def report(records: Sequence[dict], tasks: Sequence[str], names: Sequence[str],
+           args: argparse.Namespace | None = None) -> None:
+    """Every record written to ``args.json`` when it is set, then printed per task and recipe:
+    the mean score over ``full``'s, the mean TF KL, the median speed-up."""
     if args is not None and args.json:
         with open(args.json, "w") as f:
             json.dump({"config": vars(args), "records": records}, f, indent=1)
