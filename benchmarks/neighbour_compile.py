@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="a model name or path (default: the embedded SmolLM2)")
     p.add_argument("--dtype", default=None)
+    p.add_argument("--hold-dense", action="store_true",
+                   help="a GGUF's layers keep their dense weights once made (ragpic eval's --hold-dense)")
     p.add_argument("--variants", default="plain:legolink-16,prev:legolink-16,nbr1:legolink-16,nbr2:legolink-16")
     p.add_argument("--tasks", default="vt,niah_multivalue", help="RULER tasks, or 'musique'")
     p.add_argument("--seed", type=int, default=0)
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--variants: {v!r} is not <plain|prev[<m>]|other|nbr<m>|lex<m>>:<method>")
     if a.threads:
         torch.set_num_threads(a.threads)
-    lm = load_model(a.model, dtype=a.dtype)
+    lm = load_model(a.model, dtype=a.dtype, hold_dense=a.hold_dense)
     tasks = a.tasks.split(",")
     prompts = (musique_prompts(lm.tokenizer, a.samples, a.passage_tokens) if tasks == ["musique"]
                else ruler_prompts(lm.tokenizer, tasks, a.length, a.samples, a.seed))

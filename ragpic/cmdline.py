@@ -17,8 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ragpic.core.kv_quant import NAMES, KVQuant  # stdlib-only modules
-from ragpic.core.methods import METHOD_HELP, parse_method
+from ragpic.core.methods import METHOD_HELP, parse_method, split_variant  # stdlib-only, as kv_quant
 from ragpic.errors import ConfigError, RagPicError, UsageError
 
 __all__ = ["DTYPE_HELP", "Parser", "at_least", "csv_of", "fraction", "method_name", "method_list", "device_name",
@@ -75,11 +74,17 @@ def csv_of(kind):
 
 
 def method_name(text: str, *, variants: bool = False, bare_legolink: bool = False) -> str:
-    """An argparse type: a link method (``@int8`` / ``@int4`` suffix allowed when ``variants``)."""
-    method, _, quant = text.strip().partition("@")
-    if quant and not (variants and quant in NAMES and quant != KVQuant.NONE):
-        raise argparse.ArgumentTypeError(f"{text!r}: the only variants are '@int8' and '@int4' (eval only), "
-                                         f"e.g. legolink-16@int4")
+    """An argparse type: a link method (``@prev<m>`` / ``@int8`` / ``@int4`` suffixes allowed when
+    ``variants``: :func:`ragpic.core.methods.split_variant`)."""
+    method, _, tags = text.strip().partition("@")
+    if tags and not variants:
+        raise argparse.ArgumentTypeError(f"{text!r}: '@' variants ('@prev<m>', '@int8', '@int4') are for the "
+                                         f"evaluations only; give the method alone, e.g. legolink-16")
+    if tags:
+        try:
+            method = split_variant(text)[0]
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
     if bare_legolink and method.lower() == "legolink":
         return text.strip()
     try:

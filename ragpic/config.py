@@ -16,6 +16,11 @@ __all__ = ["Config", "cache_dir", "kv_folder"]
 DTYPES = (None, "auto", "float32", "bfloat16", "float16")
 
 
+MAX_COMPILE_BEHIND = 16
+"""Most chunks a chunk is compiled (and looked up) behind: each is one store key tried per chunk
+of every prompt, and a context past the model's window cannot be compiled anyway."""
+
+
 @dataclass(slots=True)
 class Config:
     """ragpic settings, checked on creation (a bad one raises :class:`ragpic.errors.ConfigError`).
@@ -72,6 +77,11 @@ class Config:
         min_chunk_tokens: texts shorter than this are never compiled, stored or matched in a
             prompt (a short cached text like "an" would match inside words; its KV saves
             nothing): they are computed as text.
+        compile_behind: ``compile(texts, in_order=True)`` (one document's chunks, in order) also
+            compiles each chunk behind the ``compile_behind`` chunks before it, and a prompt that
+            holds a chunk right after those chunks links that entry instead of the chunk alone:
+            its KV has read them (docs/ARCHITECTURE.md §1.3; the 0.5B keeps `full`'s RULER
+            score at 4k with 4, docs/RESULTS.md §31). ``0``: off (no extra compile, no extra lookups).
     """
 
     model: str | None = None
@@ -94,6 +104,7 @@ class Config:
     system_prompt: str | None = None
     batch_tokens: int = 4096
     min_chunk_tokens: int = 16
+    compile_behind: int = 0
 
     def __post_init__(self) -> None:
         parse_method(self.method)  # raises with the list of valid methods
@@ -108,6 +119,10 @@ class Config:
             check_int(name, getattr(self, name), minimum=1)
         check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)
         check_int("prefix_cache_tokens", self.prefix_cache_tokens, minimum=0)
+        check_int("compile_behind", self.compile_behind, minimum=0)
+        if self.compile_behind > MAX_COMPILE_BEHIND:
+            raise ConfigError(f"compile_behind must be at most {MAX_COMPILE_BEHIND}, got {self.compile_behind}: every "
+                              f"chunk is looked up behind that many chunks in every prompt")
         check_number("store_size_limit_gb", self.store_size_limit_gb, "a number of GiB > 0", lambda v: v > 0)
         check_number("store_stats_interval_s", self.store_stats_interval_s, "a number of seconds >= 0 "
                      "(0: only on close)", lambda v: v >= 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragpic.core.compile import compile_chunks
+from ragpic.core.compile import compile_chunks, compile_in_context
 from ragpic.core.kv import ChunkKV
 from ragpic.core.segments import Segment, chunk_segment, text_segment
 
@@ -39,3 +39,17 @@ def linked_prompt(lm, kvs: Sequence[ChunkKV], *, head: str | None = HEAD) -> lis
 def prompt_with(lm, texts: Sequence[str] = CHUNKS, recipe: str = "plain", **kw) -> list[Segment]:
     """:func:`linked_prompt` over freshly compiled ``texts``."""
     return linked_prompt(lm, compile_texts(lm, texts, recipe), **kw)
+
+
+def compile_in_place(lm, texts: Sequence[str] = CHUNKS) -> list[ChunkKV]:
+    """Each text compiled behind exactly the tokens before it in :func:`linked_prompt` (the head,
+    the chunks before it and the glue), as a document compiled in order would be."""
+    tok = lm.tokenizer
+
+    def ids(t: str) -> list[int]:
+        return tok(t, add_special_tokens=False)["input_ids"]
+
+    chunks = [ids(t) for t in texts]
+    before = [ids(HEAD), ids(HEAD) + chunks[0] + ids("\n\n")]
+    before.append(before[1] + chunks[1])
+    return compile_in_context(lm, chunks, before)

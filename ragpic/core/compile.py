@@ -1,4 +1,5 @@
-"""Compile: prefill chunks alone (positions from 0) and keep their per-layer K and V."""
+"""Compile: prefill chunks alone (positions from 0), or behind their document's text before them,
+and keep their per-layer K and V."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from transformers.cache_utils import DynamicCache
 from ragpic.core.decode import eos_token_ids
 from ragpic.core.forward import prefill
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import PLAIN, recipe_dummies
+from ragpic.core.methods import PLAIN, context_recipe, recipe_dummies
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.errors import ChunkError
 
-__all__ = ["ChunkInParts", "compile_chunks", "dummy_token_id"]
+__all__ = ["ChunkInParts", "compile_chunks", "compile_in_context", "document_contexts", "dummy_token_id"]
 
 
 def dummy_token_id(lm: LoadedModel) -> int:
@@ -32,8 +33,8 @@ def _check(ids: torch.Tensor, index: int, dummies: int, lm: LoadedModel) -> None
         raise ChunkError(f"chunk {index} is empty: an empty chunk has no KV to compile; drop it", index)
     if ids.numel() + dummies > lm.context_window:
         raise ChunkError(
-            f"chunk {index} has {ids.numel()} tokens (+{dummies} dummies), more than the model's "
-            f"context window of {lm.context_window}: split it into smaller chunks",
+            f"chunk {index} has {ids.numel()} tokens (+{dummies} rows of dummies or context before it), more than "
+            f"the model's context window of {lm.context_window}: split it into smaller chunks (or give less context)",
             index,
         )
 
@@ -93,22 +94,74 @@ def compile_chunks(
         One :class:`ChunkKV` per chunk, in input order: KV on the model's device, ids on the CPU.
     """
     dummies = recipe_dummies(recipe)
+    if recipe.startswith("ctx"):
+        raise ChunkError(f"recipe {recipe!r} names a context: compile such chunks with compile_in_context")
     ids = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in chunks]
-    for i, c in enumerate(ids):
-        _check(c, i, dummies, lm)
+    lead = torch.full((dummies,), dummy_token_id(lm) if dummies else 0, dtype=torch.long)
+    return _compile(lm, ids, [lead] * len(ids), [recipe] * len(ids), batch_tokens, on_progress)
+
+
+@torch.inference_mode()
+def compile_in_context(
+    lm: LoadedModel,
+    chunks: Sequence[Sequence[int] | torch.Tensor],
+    contexts: Sequence[Sequence[int] | torch.Tensor],
+    *,
+    batch_tokens: int = 4096,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[ChunkKV]:
+    """Prefill each chunk behind its context (positions from 0) and keep only the chunk's rows.
+
+    The chunk's KV then carries what it read of the text before it (docs/ARCHITECTURE.md §1.3):
+    its recipe is :func:`~ragpic.core.methods.context_recipe` of the context and its
+    ``base_position`` the context's length, so a link re-rotates it to its place as any chunk's.
+    A chunk compiled behind exactly the tokens that precede it in a prompt links with
+    ``naive`` to ``full``'s KV, up to rounding. An empty context compiles the chunk ``plain``.
+
+    Args:
+        chunks: token ids of each chunk (no special tokens added).
+        contexts: token ids of the text before each chunk, one per chunk.
+        batch_tokens: padded tokens per forward; on_progress: as :func:`compile_chunks`.
+    Returns:
+        One :class:`ChunkKV` per chunk, in input order.
+    """
+    if len(contexts) != len(chunks):
+        raise ChunkError(f"contexts has {len(contexts)} entries for {len(chunks)} chunks: give one per chunk")
+    ids = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in chunks]
+    leads = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in contexts]
+    recipes = [context_recipe(lead.tolist()) for lead in leads]
+    return _compile(lm, ids, leads, recipes, batch_tokens, on_progress)
+
+
+def document_contexts(chunks: Sequence[Sequence[int]], behind: int,
+                      glue: Sequence[int] = ()) -> list[list[int]]:
+    """The context of each of a document's chunks, in order: the ``behind`` chunks before it,
+    each followed by ``glue`` (the ids a prompt puts between two chunks), so chunk ``i`` reads
+    what it reads in a prompt holding chunks ``i - behind .. i`` in order. The first chunk's is empty."""
+    if behind < 0:
+        raise ChunkError(f"behind={behind}: give how many chunks before each one it is compiled behind (>= 0)")
+    return [[t for c in chunks[max(0, i - behind):i] for t in (*c, *glue)] for i in range(len(chunks))]
+
+
+def _compile(lm: LoadedModel, ids: list[torch.Tensor], leads: list[torch.Tensor], recipes: list[str],
+             batch_tokens: int, on_progress: Callable[[int], None] | None) -> list[ChunkKV]:
+    """Chunk ``i`` ``(T_i,)`` prefilled behind ``leads[i]`` ``(N_i,)`` (dummies or context), batched
+    by length; its KV keeps rows ``N_i..N_i + T_i - 1`` and is labelled ``recipes[i]``."""
+    for i, (c, lead) in enumerate(zip(ids, leads)):
+        _check(c, i, lead.numel(), lm)
     out: list[ChunkKV | None] = [None] * len(ids)
-    for batch in _batches([c.numel() + dummies for c in ids], batch_tokens):
-        width = max(ids[i].numel() for i in batch) + dummies
+    seqs = [torch.cat((lead, c)) for lead, c in zip(leads, ids)]
+    for batch in _batches([s.numel() for s in seqs], batch_tokens):
+        width = max(seqs[i].numel() for i in batch)
         rows = torch.zeros((len(batch), width), dtype=torch.long)
         for r, i in enumerate(batch):
-            seq = _with_dummies(lm, ids[i], dummies)
-            rows[r, : seq.numel()] = seq
+            rows[r, : seqs[i].numel()] = seqs[i]
         rows = to_device(rows, lm.device)
         positions = torch.arange(width, device=lm.device).expand(len(batch), width)
         cache = DynamicCache()
         prefill(lm.model, rows, positions, cache)
         for r, i in enumerate(batch):
-            out[i] = _chunk_kv(lm, cache, r, ids[i], dummies, recipe)
+            out[i] = _chunk_kv(lm, cache, r, ids[i], leads[i].numel(), recipes[i])
         if on_progress:
             on_progress(len(batch))
     return out  # type: ignore[return-value]
@@ -133,6 +186,9 @@ class ChunkInParts:
         self.lm, self.recipe, self.index = lm, recipe, index
         self.ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
         self.dummies = recipe_dummies(recipe)
+        if recipe.startswith("ctx"):
+            raise ChunkError(f"chunk {index}: recipe {recipe!r} names a context; ChunkInParts compiles "
+                             f"'plain' and 'bos<N>' chunks only", index)
         _check(self.ids, index, self.dummies, lm)
         self.seq = _with_dummies(lm, self.ids, self.dummies)  # (dummies + T,)
         self.done = 0  # rows prefilled so far

@@ -8,9 +8,12 @@ a chunk's store key, so the two can never be mixed by accident.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ragpic.core.kv_quant import NAMES, KVQuant
 from ragpic.errors import ConfigError
 
 PLAIN = "plain"
@@ -35,13 +38,39 @@ def dummy_recipe(n: int) -> str:
     return f"bos{n}"
 
 
+_CONTEXT = re.compile(r"ctx([1-9]\d*)-([0-9a-f]{16})", re.ASCII)
+
+
+def context_recipe(context_ids: Sequence[int]) -> str:
+    """Compile recipe of a chunk prefilled behind ``context_ids`` (its document's text before
+    it, docs/ARCHITECTURE.md §1.3), those rows dropped: ``ctx<N>-<hash>``, ``N`` the context's
+    tokens and ``hash`` 16 hex digits of the SHA-256 of its ids, so the context is part of the
+    chunk's store key. An empty context is ``plain``."""
+    if not len(context_ids):
+        return PLAIN
+    digest = hashlib.sha256(",".join(str(int(t)) for t in context_ids).encode()).hexdigest()[:16]
+    return f"ctx{len(context_ids)}-{digest}"
+
+
+def links_as(recipe: str) -> str:
+    """The recipe a link method must name to link a chunk of ``recipe``: a chunk compiled behind
+    its context (``ctx<N>-<hash>``) links as a ``plain`` one does, its rows recomputed in their
+    place (docs/ARCHITECTURE.md §1.3); every other recipe is its own."""
+    return PLAIN if _CONTEXT.fullmatch(recipe) else recipe
+
+
 def recipe_dummies(recipe: str) -> int:
-    """Number of dummy tokens a recipe prepends (0 for ``plain``)."""
+    """Rows a recipe prefills before the chunk and drops: 0 for ``plain``, ``N`` for ``bos<N>``
+    (dummy tokens) and ``ctx<N>-<hash>`` (``N`` tokens of context). The chunk's first token sits
+    at this position at compile: its stored ``base_position``."""
     if recipe == PLAIN:
         return 0
     if recipe.startswith("bos") and recipe[3:].isascii() and recipe[3:].isdigit():
         return int(recipe[3:])
-    raise ConfigError(f"unknown compile recipe {recipe!r}: expected 'plain' or 'bos<N>'")
+    context = _CONTEXT.fullmatch(recipe)
+    if context:
+        return int(context.group(1))
+    raise ConfigError(f"unknown compile recipe {recipe!r}: expected 'plain', 'bos<N>' or 'ctx<N>-<hash>'")
 
 
 @dataclass(slots=True, frozen=True)
@@ -142,3 +171,25 @@ def parse_method(name: str | Method) -> Method:
                           hops=int(hops or 0), words=bool(words), sentences=bool(sentences),
                           tail=int(tail or 0))
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")
+
+
+def split_variant(name: str) -> tuple[str, int, str]:
+    """An evaluation's method name -> ``(method, behind, quant)``: ``"legolink-16@prev4@int8"`` ->
+    ``("legolink-16", 4, "int8")``. ``@prev<m>``: each chunk compiled behind the ``m`` chunks
+    before it in the prompt (docs/ARCHITECTURE.md §1.3; 0 when absent); ``@int8`` / ``@int4``: its
+    KV through the store's quantized entry format (``"none"`` when absent). Raises
+    :class:`ConfigError` naming the variant and what to write instead."""
+    method, *tags = name.strip().split("@")
+    behind, quant = 0, KVQuant.NONE.value
+    for tag in tags:
+        if re.fullmatch(r"prev[1-9][0-9]*", tag, re.ASCII) and not behind and quant == KVQuant.NONE:
+            behind = int(tag[4:])
+        elif tag in NAMES and tag != KVQuant.NONE and quant == KVQuant.NONE:
+            quant = tag
+        else:
+            raise ConfigError(f"unknown variant {tag!r} in method {name!r}: use '@prev<m>' (chunks compiled "
+                              f"behind the m chunks before them), then '@int8' or '@int4', each at most once")
+    if behind and parse_method(method).recipe != PLAIN:
+        raise ConfigError(f"method {name!r}: {method} links chunks compiled behind dummy tokens, so they cannot "
+                          f"also be compiled behind their document: drop '@prev{behind}'")
+    return method, behind, quant

@@ -17,7 +17,7 @@ from ragpic.config import Config
 from ragpic.core.decode import Sampling
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import linker_for
-from ragpic.core.methods import Method, parse_method
+from ragpic.core.methods import PLAIN, Method, parse_method
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.linked_cache import SlabPool
@@ -27,6 +27,7 @@ from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, Generat
 from ragpic.engine.calibration import Choice, choose, load_calibration
 from ragpic.engine.compile_plan import compile_and_store, plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
+from ragpic.engine.in_order import check_in_order, compile_in_order, entries_behind
 from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.prompting import check_messages, format_chat
 from ragpic.engine.request import LinkedRequest
@@ -122,15 +123,23 @@ class RagPic:
         return chunk_key(self.lm.fingerprint, text, self.method_of(method).recipe, self.lm.dtype)
 
     def compile(self, texts: Iterable[str], *, method: str | Method | None = None,
-                progress: bool = False) -> int:
+                progress: bool = False, in_order: bool = False, separator: str = "\n\n") -> int:
         """Compile and store the KV of every text not stored yet; return how many were compiled.
 
         ``texts`` must be exactly what will appear in prompts (a list: a bare ``str`` is
         refused). Texts shorter than ``config.min_chunk_tokens`` are skipped: they are never
         cached or matched (the rules: :mod:`ragpic.engine.compile_plan`). Shows a progress bar
         when ``progress``; a failing chunk raises :class:`ChunkError` naming it.
+
+        ``in_order``: ``texts`` are one document's chunks in order; each is also compiled behind
+        the ``config.compile_behind`` texts before it, each followed by ``separator`` (what a
+        prompt puts between two retrieved chunks: LlamaIndex's and LangChain's ``"\n\n"``). A
+        prompt holding a chunk right after those chunks links that entry (docs/ARCHITECTURE.md
+        §1.3); the count returned includes these entries.
         """
         m = self.method_of(method)
+        if in_order:
+            check_in_order(self, m, separator)
         plan = plan_compile(self, texts, m)
         try:
             self._compile_and_store(plan.todo, m, progress=progress, strict=True)
@@ -139,7 +148,7 @@ class RagPic:
                 raise
             where = plan.texts.index(plan.todo[e.index][1])
             raise ChunkError(re.sub(r"^chunk \d+", f"texts[{where}]", str(e)), where) from e
-        return len(plan.todo)
+        return len(plan.todo) + (compile_in_order(self, plan, separator, progress=progress) if in_order else 0)
 
     def cacheable(self, text: str) -> bool:
         """Whether ``text`` is long enough to be a cached chunk (``config.min_chunk_tokens``)."""
@@ -176,10 +185,12 @@ class RagPic:
             return [text_segment(self.lm.tokenizer, text)], stats
         if linker_for(method).every_row:  # the same token sequence the linked methods see, all computed
             return [text_segment(self.lm.tokenizer, p) for p, _ in split_prompt(text, matches)], stats
-        keys = {m.text: self.chunk_key(m.text, method) for m in matches}
+        behind = (entries_behind(self, text, matches, mine)
+                  if self.config.compile_behind and method.recipe == PLAIN else {})
+        keys = {m.text: self.chunk_key(m.text, method) for i, m in enumerate(matches) if i not in behind}
         wanted = [k for k in dict.fromkeys(keys.values()) if mine is None or mine(k)]
         kvs = self.store.get_many(wanted, expect=expected_for(self.lm))
-        stats.loaded = len(kvs)
+        stats.loaded, stats.behind = len(kvs) + len({k for k, _ in behind.values()}), len(behind)
         from_store = set(kvs)
         missing = [(k, t) for t, k in keys.items() if k not in kvs]
         if missing and self.config.compile_on_miss:
@@ -189,7 +200,7 @@ class RagPic:
                 compiled = {k: self.store.stored_form(k, kv) for k, kv in self._compile_and_store(missing, method).items()}
             kvs.update(compiled)
             stats.compiled = len(compiled)
-        return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats), stats
+        return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats, behind), stats
 
     def _stored_texts_in(self, text: str):
         """Stored chunk texts to look for in ``text``: the candidates the store's catalog finds

@@ -21,6 +21,8 @@ class MatchStats:
         hints_found: how many of them were found in the prompt text (fewer: a warning is logged).
         compiled_tokens: prompt tokens inside chunks compiled during this call.
         fresh: indices of the segments whose KV was compiled during this call.
+        behind: chunk occurrences linked from an entry compiled behind the chunks before them
+            in the prompt (docs/ARCHITECTURE.md §1.3).
     """
 
     matched: int = 0
@@ -30,6 +32,7 @@ class MatchStats:
     hints_found: int = 0
     compiled_tokens: int = 0
     fresh: set[int] = field(default_factory=set)
+    behind: int = 0
 
 
 @dataclass(slots=True)
@@ -47,7 +50,8 @@ class Generation:
     OpenAI-style usage calls cached tokens: their prefill was skipped); ``compiled_tokens``:
     tokens of chunks compiled on the fly for this call. So ``cached + recomputed <= prompt``,
     the rest being chunk tokens compiled now and not recomputed. ``hints`` / ``hints_found``:
-    retrieval hints given / found in the prompt text.
+    retrieval hints given / found in the prompt text. ``chunks_behind``: chunk occurrences
+    linked from an entry compiled behind the chunks before them (docs/ARCHITECTURE.md §1.3).
     """
 
     text: str = ""
@@ -62,6 +66,7 @@ class Generation:
     chunks_matched: int = 0
     chunks_loaded: int = 0
     chunks_compiled: int = 0
+    chunks_behind: int = 0
     cached_tokens: int = 0
     compiled_tokens: int = 0
     hints: int = 0

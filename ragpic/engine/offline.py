@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.compile import compile_chunks
+from ragpic.core.compile import compile_chunks, compile_in_context
 from ragpic.core.decode import Sampling
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import linker_for
@@ -23,12 +23,18 @@ from ragpic.core.segments import Segment, chunk_segment, concat_ids, text_segmen
 from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.request import LinkedRequest
 
-__all__ = ["compile_ids", "layer_rows", "link_only", "new_pool", "new_prefixes", "prompt_ids", "prompt_segments", "request"]
+__all__ = ["compile_ids", "compile_ids_behind", "layer_rows", "link_only", "new_pool", "new_prefixes", "prompt_ids", "prompt_segments", "request"]
 
 
 def compile_ids(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], recipe: str) -> list[ChunkKV]:
     """Each chunk's KV compiled alone with ``recipe`` (``plain``, ``bosN``)."""
     return compile_chunks(lm, chunk_ids, recipe=recipe)
+
+
+def compile_ids_behind(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]],
+                       contexts: Sequence[Sequence[int]]) -> list[ChunkKV]:
+    """Each chunk's KV compiled behind its context's ids (``ctx<N>-<hash>``; an empty one: ``plain``)."""
+    return compile_in_context(lm, chunk_ids, contexts)
 
 
 def prompt_segments(tokenizer, prefix: str, kvs: Sequence[ChunkKV], suffix: str | Sequence[int],

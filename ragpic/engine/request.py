@@ -146,7 +146,7 @@ class LinkedRequest:
         self.result = Generation(
             method=self.method.name, link_s=res.seconds, prompt_tokens=res.num_tokens,
             recomputed_tokens=recomputed, link_rows=res.recomputed, chunks_matched=s.matched,
-            chunks_loaded=s.loaded, chunks_compiled=s.compiled, cached_tokens=cached,
+            chunks_loaded=s.loaded, chunks_compiled=s.compiled, chunks_behind=s.behind, cached_tokens=cached,
             compiled_tokens=s.compiled_tokens, hints=s.hinted, hints_found=s.hints_found, model=self.model)
         self.decoder = Decoder(self.lm, res.cache, res.num_tokens, self.sampling)
         self.detok = Detokenizer(self.lm.tokenizer, self.sampling.stop)

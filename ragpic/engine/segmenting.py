@@ -44,13 +44,22 @@ def match_chunks(text: str, hints: Sequence[str] | None, catalog: Callable[[], I
 
 
 def build_segments(tokenizer, text: str, matches: Sequence[Match], keys: dict[str, str],
-                   kvs: dict[str, ChunkKV], from_store: set[str], stats: MatchStats) -> list[Segment]:
+                   kvs: dict[str, ChunkKV], from_store: set[str], stats: MatchStats,
+                   behind: dict[int, tuple[str, ChunkKV]] | None = None) -> list[Segment]:
     """Pieces of ``text`` in order; a matched piece whose key has KV in ``kvs`` is a chunk
     segment (one compiled now has its tokens counted in ``stats.compiled_tokens`` and its index
     in ``stats.fresh``; the cached count is the link's, :func:`ragpic.engine.request.token_counts`),
-    every other piece is text tokenized on its own."""
+    every other piece is text tokenized on its own. ``behind``: match index -> ``(key, KV)`` of
+    the matches linked from an entry compiled behind the chunks before them (docs/ARCHITECTURE.md
+    §1.3), which take it instead of ``keys``' entry."""
     segs: list[Segment] = []
+    behind = behind or {}
+    index = -1  # of the match a chunk piece is
     for piece, is_chunk in split_prompt(text, matches):
+        index += is_chunk
+        if is_chunk and index in behind:
+            segs.append(chunk_segment(behind[index][1], piece))
+            continue
         kv = kvs.get(keys[piece]) if is_chunk else None
         if kv is None:
             segs.append(text_segment(tokenizer, piece))

@@ -34,6 +34,7 @@ from ragpic.engine.prefix import PrefixCache
 from ragpic.eval import scoring
 from ragpic.eval.data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
 from ragpic.eval.plots import plot_eval
+from ragpic.errors import ConfigError
 from ragpic.eval.variants import DEFAULT_METHODS, compile_for, method_of, normalize_methods, prompt_segments, variant_key
 
 __all__ = ["DEFAULT_METHODS", "EvalReport", "compile_for", "evaluate_qa", "format_table", "normalize_methods",
@@ -192,6 +193,11 @@ def evaluate_qa(lm: LoadedModel, examples: Sequence[QAExample], methods: Sequenc
     """Run every method on every example; see the module docstring for the measures
     (``prefix_cache``: as :func:`run_methods`)."""
     methods = normalize_methods(methods)
+    prev = [m for m in methods if "@prev" in m]
+    if prev:  # its passages come from different articles: there is no document order to compile behind
+        raise ConfigError(f"methods {prev}: '@prev<m>' compiles a chunk behind its document's chunks before it, and "
+                          f"the QA evaluation's passages are separate articles; use it with 'eval ruler', 'eval "
+                          f"needle' or 'bench'")
     per_q, records = [], []
     for i, ex in enumerate(examples):
         segs, compile_s = qa_segments(lm, ex, methods, chunk_tokens=chunk_tokens, passage_tokens=passage_tokens)

@@ -36,7 +36,8 @@ def ragpic_stats(g: Generation) -> dict:
     return {"method": g.method, "prompt_tokens": g.prompt_tokens, "recomputed_tokens": g.recomputed_tokens,
             "cached_tokens": g.cached_tokens, "compiled_tokens": g.compiled_tokens,
             "chunks_matched": g.chunks_matched, "chunks_loaded": g.chunks_loaded,
-            "chunks_compiled": g.chunks_compiled, "hints": g.hints, "hints_found": g.hints_found,
+            "chunks_compiled": g.chunks_compiled, "chunks_behind": g.chunks_behind, "hints": g.hints,
+            "hints_found": g.hints_found,
             "link_s": round(g.link_s, 6), "ttft_s": round(g.ttft_s, 6), "token_ids": list(g.token_ids)}
 
 

@@ -15,7 +15,7 @@ import torch
 from ragpic.core.link import link
 from ragpic.core.model import load_model
 from ragpic.models import MODELS, gguf_path
-from prompts import compile_texts, linked_prompt
+from prompts import compile_in_place, compile_texts, linked_prompt
 
 pytestmark = pytest.mark.real_model
 MODEL = MODELS["qwen2.5-coder-0.5b"]
@@ -56,6 +56,15 @@ def test_exact_methods_equal_full_on_the_real_model(qwen, prompt, method):
     assert (full.logits - linked.logits).abs().max() <= TOL
     for a, b in ((full.cache.key_slab, linked.cache.key_slab), (full.cache.value_slab, linked.cache.value_slab)):
         assert (a[..., :n, :] - b[..., :n, :]).abs().max() <= TOL
+
+
+def test_chunks_compiled_behind_their_context_link_exactly_on_the_real_model(qwen, prompt):
+    """A chunk compiled behind exactly the text before it in the prompt (docs/ARCHITECTURE.md
+    §1.3) holds ``full``'s rows: ``naive`` then recomputes the question only and still is ``full``."""
+    segs, full = prompt
+    linked = link(qwen, linked_prompt(qwen, compile_in_place(qwen)), "naive")
+    assert linked.num_tokens == full.num_tokens and linked.recomputed < full.num_tokens // 2
+    assert (full.logits - linked.logits).abs().max() <= TOL
 
 
 def test_naive_is_an_approximation_on_the_real_model(qwen, prompt):

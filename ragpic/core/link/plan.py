@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.core.kv import device_kv, rotate_keys
-from ragpic.core.methods import Method
+from ragpic.core.methods import Method, links_as
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache, SlabPool
 from ragpic.core.segments import Segment, segment_starts
@@ -128,7 +128,7 @@ def check_segments(lm: LoadedModel, segments: Sequence[Segment], linker: Linker,
                 f"segment {i} holds KV compiled by another model ({seg.kv.fingerprint}, this model is "
                 f"{lm.fingerprint}): recompile the chunk with this model"
             )
-        if not linker.every_row and seg.kv.recipe != linker.recipe:
+        if not linker.every_row and links_as(seg.kv.recipe) != linker.recipe:
             raise LinkError(
                 f"segment {i} was compiled with recipe {seg.kv.recipe!r} but {linker.name} needs "
                 f"{linker.recipe!r}: compile the chunk for this method"

@@ -17,6 +17,10 @@ uses them only when the retrieval's query string is in its prompt (so an unrelat
 after a query ignores them). Hints only narrow the search: without them the engine looks
 for every stored chunk in the prompt.
 
+Document order: with ``Config(compile_behind=m)`` the ingest also compiles each document's nodes
+behind the nodes before them, and :class:`DocumentOrder` (a node postprocessor) puts retrieved
+nodes in their documents' order so a prompt links those entries (docs/ARCHITECTURE.md §1.3).
+
 Persistence: :func:`build_faiss_index` / :func:`persist_index` / :func:`load_faiss_index`
 keep a FAISS vector index in a folder and the KV store in ``folder/kv``
 (:func:`kv_folder`), so a fresh process reloads both and links without compiling.
@@ -31,9 +35,11 @@ from ragpic.retriever_hooks.llamaindex.hints import (
 )
 from ragpic.retriever_hooks.llamaindex.ingest import RagPicIngest, compile_index
 from ragpic.retriever_hooks.llamaindex.nodes import node_text
+from ragpic.retriever_hooks.llamaindex.order import DocumentOrder
 from ragpic.retriever_hooks.llamaindex.persist import build_faiss_index, load_faiss_index, persist_index
 
 __all__ = [
+    "DocumentOrder",
     "RagPicIngest",
     "build_faiss_index",
     "compile_index",

@@ -11,6 +11,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, TransformComponent
 
 from ragpic.retriever_hooks.llamaindex.nodes import node_texts
+from ragpic.retriever_hooks.llamaindex.order import document_runs
 
 if TYPE_CHECKING:
     from ragpic.engine.engine import RagPic
@@ -28,7 +29,9 @@ class RagPicIngest(TransformComponent):
     transformations=[...])`` and ``index.insert(doc)`` (which reuses the index's
     transformations). ``index.insert_nodes`` runs no transformations, and an
     ``IngestionPipeline`` cache hit skips them: call :func:`compile_index` afterwards in
-    those cases (it only compiles what the store lacks).
+    those cases (it only compiles what the store lacks). With ``Config(compile_behind=m)`` on
+    the engine, each document's nodes (by ``ref_doc_id``, in ``start_char_idx`` order) are also
+    compiled behind the ``m`` nodes before them (docs/ARCHITECTURE.md §1.3).
 
     Args:
         engine: the :class:`ragpic.RagPic` whose store receives the KV.
@@ -53,9 +56,8 @@ class RagPicIngest(TransformComponent):
         return self._engine
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
-        texts = node_texts(nodes)
         show = self.progress or bool(kwargs.get("show_progress"))
-        self._engine.compile(texts, method=self.method, progress=show and len(texts) > 1)
+        _compile(self._engine, nodes, self.method, show)
         return nodes
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> Sequence[BaseNode]:
@@ -75,7 +77,19 @@ def _index_nodes(index: Any) -> list[BaseNode]:
     return []
 
 
+def _compile(engine: "RagPic", nodes: Sequence[BaseNode], method: str | None, progress: bool) -> int:
+    """Every node's KV; with ``compile_behind``, each document's nodes in order behind the ones before."""
+    texts = node_texts(nodes)
+    done = engine.compile(texts, method=method, progress=progress and len(texts) > 1)
+    if engine.config.compile_behind:
+        for run in document_runs(nodes):
+            if len(texts := node_texts(run)) > 1:
+                done += engine.compile(texts, method=method, in_order=True)
+    return done
+
+
 def compile_index(index: Any, engine: "RagPic", *, progress: bool = True, method: str | None = None) -> int:
     """Compile the KV of every node of an existing (e.g. reloaded) index; return how many
-    were compiled (nodes already in the store are skipped)."""
-    return engine.compile(node_texts(_index_nodes(index)), method=method, progress=progress)
+    were compiled (nodes already in the store are skipped; with ``Config(compile_behind=m)``,
+    the entries behind each document's earlier nodes are counted too)."""
+    return _compile(engine, _index_nodes(index), method, progress)

@@ -1,0 +1,143 @@
+"""A document's chunks compiled behind the chunks before them, and found again in a prompt that
+holds them in that order (docs/ARCHITECTURE.md §1.3).
+
+Ingest: :func:`in_order_todo` gives, for chunk ``i`` of a document (``i >= 1``), the context it
+is compiled behind: the ``behind`` chunks before it, each followed by the separator a prompt puts
+between two chunks; the entry's recipe (``ctx<N>-<hash>``) names those context ids, so it lives
+under its own store key beside the chunk's plain entry. Link: :func:`context_candidates` reads,
+for each chunk found in a prompt, the chunks right before it (only whitespace between them) and
+gives the recipes of the entries that would have read exactly that text, longest first; the
+engine links the first one its store holds and the plain entry otherwise.
+
+Both sides tokenize a context piece by piece (each chunk, each separator alone), as a prompt's
+segments are: a chunk compiled behind the prompt's own preceding pieces then holds the KV those
+rows would have in a prompt starting with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ragpic.cache import chunk_key
+from ragpic.cache.format.expect import expected_for
+from ragpic.config import MAX_COMPILE_BEHIND as MAX_BEHIND
+from ragpic.core.compile import compile_in_context
+from ragpic.core.kv import ChunkKV
+from ragpic.core.methods import PLAIN, Method, context_recipe
+from ragpic.core.segments import Match
+from ragpic.errors import ChunkError, ConfigError
+
+from ragpic.core.model import LoadedModel
+
+if TYPE_CHECKING:
+    from ragpic.engine.compile_plan import CompilePlan
+
+
+class Engine(Protocol):
+    """What this module reads of its engine (:class:`ragpic.RagPic` is one)."""
+
+    lm: LoadedModel
+    config: Any  # ragpic.Config: compile_behind, batch_tokens
+    store: Any  # ragpic.cache.ChunkStore: contains_many, put_many, get_many
+
+__all__ = ["check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind", "in_order_todo"]
+
+def context_ids(tokenizer, pieces: Sequence[str]) -> list[int]:
+    """The ids of ``pieces`` tokenized one by one (as the prompt's segments are), concatenated."""
+    return [t for p in pieces if p for t in tokenizer(p, add_special_tokens=False)["input_ids"]]
+
+
+def in_order_todo(tokenizer, texts: Sequence[str], behind: int, separator: str) -> list[tuple[int, list[int]]]:
+    """``(index, context ids)`` of every text of one document (``texts`` in order) that has a text
+    before it: its ``behind`` predecessors, each followed by ``separator``."""
+    out = []
+    for i in range(1, len(texts)):
+        pieces = [p for t in texts[max(0, i - behind):i] for p in (t, separator)]
+        out.append((i, context_ids(tokenizer, pieces)))
+    return out
+
+
+def context_candidates(tokenizer, prompt: str, matches: Sequence[Match], behind: int) -> dict[int, list[str]]:
+    """For each match (by index) with chunks right before it in ``prompt`` (whitespace between
+    them only), the recipes of the entries compiled behind its last ``n`` predecessors and
+    separators, ``n`` from ``min(behind, predecessors)`` down to 1."""
+    out: dict[int, list[str]] = {}
+    for i in range(1, len(matches)):
+        n = 0
+        while (n < min(behind, MAX_BEHIND) and i - n - 1 >= 0
+               and not prompt[matches[i - n - 1].end:matches[i - n].start].strip()):
+            n += 1
+        recipes = []
+        for k in range(n, 0, -1):
+            pieces = []
+            for j in range(i - k, i):
+                pieces += [matches[j].text, prompt[matches[j].end:matches[j + 1].start]]
+            recipes.append(context_recipe(context_ids(tokenizer, pieces)))
+        if recipes:
+            out[i] = recipes
+    return out
+
+
+def check_in_order(engine: Engine, method: Method, separator: object) -> None:
+    """Refuse, before any work, a ``compile(in_order=True)`` that could not be linked as asked."""
+    behind = engine.config.compile_behind
+    if not 0 < behind <= MAX_BEHIND:
+        raise ConfigError(f"compile(in_order=True) needs Config(compile_behind=m) with 1 <= m <= {MAX_BEHIND}, "
+                          f"got compile_behind={behind}: set it to how many chunks before each one to compile it behind")
+    if method.recipe != PLAIN:
+        raise ConfigError(f"method {method.name} links chunks compiled behind dummy tokens: compile(in_order=True) "
+                          f"needs a method that links plain chunks (e.g. legolink-16, qr-4-k4-h2-w-s)")
+    if not isinstance(separator, str) or separator.strip():
+        raise ConfigError(f"separator must be the whitespace a prompt puts between two chunks (e.g. '\\n\\n'), "
+                          f"got {separator!r}: a prompt links a chunk behind the chunks before it only where "
+                          f"nothing but whitespace lies between them")
+
+
+def compile_in_order(engine: Engine, plan: "CompilePlan", separator: str, *, progress: bool = False) -> int:
+    """Compile and store each text of ``plan`` (one document's chunks, in order) behind the
+    ``config.compile_behind`` texts before it, where its store lacks that entry; how many were
+    compiled. A text too short to match (``plan.skipped``) is not compiled behind anything.
+    :func:`check_in_order` has passed."""
+    behind, lm, skipped = engine.config.compile_behind, engine.lm, set(plan.skipped)
+    todo = [(i, ctx) for i, ctx in in_order_todo(lm.tokenizer, plan.texts, behind, separator) if i not in skipped]
+    keys = [chunk_key(lm.fingerprint, plan.texts[i], context_recipe(ctx), lm.dtype) for i, ctx in todo]
+    stored = engine.store.contains_many(keys, texts=[plan.texts[i] for i, _ in todo])
+    work = list({k: (i, ctx) for k, (i, ctx), have in zip(keys, todo, stored) if not have}.items())
+    if not work:
+        return 0
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(work), desc="compiling chunk KV behind the chunks before", unit="chunk",
+               disable=not progress)
+    try:
+        for lo in range(0, len(work), 16):  # stored 16 at a time: an interrupted ingest keeps what it finished
+            part = work[lo:lo + 16]
+            ids = [lm.tokenizer(plan.texts[i], add_special_tokens=False)["input_ids"] for _, (i, _) in part]
+            try:
+                kvs = compile_in_context(lm, ids, [ctx for _, (_, ctx) in part],
+                                         batch_tokens=engine.config.batch_tokens, on_progress=bar.update)
+            except ChunkError as e:
+                where = part[e.index or 0][1][0]
+                raise ChunkError(f"texts[{where}] behind the {behind} texts before it: {e}", where) from e
+            engine.store.put_many({k: (kv.to("cpu"), plan.texts[i]) for (k, (i, _)), kv in zip(part, kvs)},
+                                  strict=True)
+    finally:
+        bar.close()
+    return len(work)
+
+
+def entries_behind(engine: Engine, prompt: str, matches: Sequence[Match],
+                   mine: Callable[[str], bool] | None = None) -> dict[int, tuple[str, ChunkKV]]:
+    """``match index -> (key, KV)`` of the matches whose store holds an entry compiled behind the
+    chunks right before them in ``prompt`` (the longest such context); ``mine``: as
+    :meth:`ragpic.RagPic.segments`'s, only keys it accepts."""
+    lm = engine.lm
+    candidates = context_candidates(lm.tokenizer, prompt, matches, engine.config.compile_behind)
+    keys = {i: [chunk_key(lm.fingerprint, matches[i].text, r, lm.dtype) for r in recipes]
+            for i, recipes in candidates.items()}
+    wanted = list(dict.fromkeys(k for ks in keys.values() for k in ks if mine is None or mine(k)))
+    if not wanted:
+        return {}
+    found = engine.store.get_many(wanted, expect=expected_for(lm))
+    return {i: next((k, found[k]) for k in ks if k in found) for i, ks in keys.items() if any(k in found for k in ks)}

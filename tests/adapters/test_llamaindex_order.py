@@ -1,0 +1,88 @@
+"""Documents in order through LlamaIndex (docs/ARCHITECTURE.md §1.3): ``RagPicIngest`` compiles each
+document's nodes behind the nodes before them, ``DocumentOrder`` puts retrieved nodes back in
+their documents' order, and the query links those entries; on the shared real SmolLM2."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+
+from llama_index.core import Document, VectorStoreIndex  # noqa: E402
+from llama_index.core.embeddings import MockEmbedding  # noqa: E402  (an embedding model, not a mock of ragpic)
+from llama_index.core.node_parser import SentenceSplitter  # noqa: E402
+from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
+from llama_index.core.schema import NodeWithScore  # noqa: E402
+
+from ragpic import Config, RagPic  # noqa: E402
+from ragpic.llm.llamaindex import RagPicLLM  # noqa: E402
+from ragpic.retriever_hooks.llamaindex import DocumentOrder, RagPicIngest, compile_index, node_text  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+DOCS = [
+    Document(text=" ".join(f"The lighthouse keeper wrote entry {i}: the lamp burned {i + 3} hours tonight."
+                           for i in range(12)), doc_id="log"),
+    Document(text=" ".join(f"Basalt column {i} formed when lava cooled over {i + 2} weeks."
+                           for i in range(8)), doc_id="geology"),
+]
+
+
+class Reverse(BaseNodePostprocessor):
+    """Every document's nodes backwards: no node follows the ones it was compiled behind."""
+
+    def _postprocess_nodes(self, nodes, query_bundle=None):
+        return list(reversed(nodes))
+
+
+@pytest.fixture
+def indexed(smol):
+    engine = RagPic(Config(store=None, device="cpu", compile_behind=2, max_new_tokens=4), lm=smol)
+    index = VectorStoreIndex.from_documents(DOCS, embed_model=MockEmbedding(embed_dim=8),
+                                            transformations=[SentenceSplitter(chunk_size=40, chunk_overlap=0),
+                                                             RagPicIngest(engine)])
+    return engine, index
+
+
+def test_ingest_compiles_each_document_in_order(indexed):
+    engine, index = indexed
+    nodes = list(index.docstore.docs.values())
+    per_doc = {d.doc_id: sum(n.ref_doc_id == d.doc_id for n in nodes) for d in DOCS}
+    assert all(n >= 3 for n in per_doc.values())
+    texts = [node_text(n) for n in nodes]
+    assert engine.compile(texts) == 0  # the plain entries are there
+    fresh = RagPic(Config(store=None, device="cpu", compile_behind=2), lm=engine.lm)
+    # every node alone, and every node but each document's first behind the ones before it
+    assert compile_index(index, fresh, progress=False) == len(nodes) + len(nodes) - len(DOCS)
+    assert compile_index(index, fresh, progress=False) == 0
+
+
+def test_document_order_regroups_retrieved_nodes():
+    nodes = SentenceSplitter(chunk_size=40, chunk_overlap=0).get_nodes_from_documents(DOCS)
+    scored = [NodeWithScore(node=n, score=float(i)) for i, n in enumerate(nodes)]
+    random.Random(0).shuffle(scored)
+    out = DocumentOrder().postprocess_nodes(scored)
+    assert sorted(id(n) for n in out) == sorted(id(n) for n in scored)  # the same nodes, scores kept
+    docs = [n.node.ref_doc_id for n in out]
+    assert docs == sorted(docs, key=docs.index)  # each document's nodes together, best document first
+    assert docs[0] == scored[0].node.ref_doc_id
+    for d in set(docs):
+        starts = [n.node.start_char_idx for n in out if n.node.ref_doc_id == d]
+        assert starts == sorted(starts)
+
+
+def test_a_query_in_document_order_links_the_entries_behind(indexed):
+    engine, index = indexed
+    n = len(index.docstore.docs)
+    llm = RagPicLLM(engine, max_new_tokens=4)
+    ordered = index.as_query_engine(llm=llm, similarity_top_k=n, node_postprocessors=[DocumentOrder()])
+    ordered.query("How many hours did the lamp burn after entry 5?")
+    g = llm.last_generation
+    # every node but each document's first follows the nodes it was compiled behind
+    assert (g.chunks_matched, g.chunks_behind, g.chunks_compiled) == (n, n - len(DOCS), 0)
+    backwards = index.as_query_engine(llm=llm, similarity_top_k=n, node_postprocessors=[DocumentOrder(), Reverse()])
+    backwards.query("How many hours did the lamp burn after entry 5?")
+    g = llm.last_generation
+    assert (g.chunks_matched, g.chunks_loaded, g.chunks_behind) == (n, n, 0)  # every node alone

@@ -1,0 +1,93 @@
+"""One document's chunks compiled in order (docs/ARCHITECTURE.md §1.3) through the engine, on a
+tiny random model: each chunk is also stored behind the chunks before it, and a prompt that
+holds it right after them links that entry; any other prompt links the chunk alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragpic import Config, RagPic
+from ragpic.core.methods import PLAIN
+from ragpic.errors import ConfigError
+from tiny import tiny_lm
+
+DOC = [
+    "the quick brown fox jumps over the lazy dog near the park.",
+    "a needle hides in the haystack near dolores park today.",
+    "answer: eat a sandwich and sit in the sun by the water.",
+    "the lazy dog wakes up and chases the quick brown fox away.",
+]
+
+
+def _prompt(passages, sep="\n\n"):
+    return "passages:\n" + sep.join(passages) + "\n\nquestion: what is the best thing to do?"
+
+
+@pytest.fixture
+def engine(tmp_path):
+    lm = tiny_lm("llama", num_hidden_layers=3)
+    lm.model.generation_config.eos_token_id = None
+    return RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=2, kv_quant="none"), lm=lm)
+
+
+def _recipes(engine, prompt):
+    segs, stats = engine.segments(prompt, hints=DOC)
+    return [s.kv.recipe if s.kv is not None else None for s in segs if s.kv is not None], stats
+
+
+def test_a_prompt_in_document_order_links_the_entries_compiled_behind(engine):
+    assert engine.compile(DOC, in_order=True) == 4 + 3  # each chunk alone, and chunks 1-3 behind <= 2 before
+    assert engine.compile(DOC, in_order=True) == 0
+    recipes, stats = _recipes(engine, _prompt(DOC))
+    assert recipes[0] == PLAIN and all(r.startswith("ctx") for r in recipes[1:])
+    assert stats.loaded == 4 and stats.compiled == 0
+    # chunk 1 read chunk 0 and the separator; chunks 2 and 3 read two chunks and two separators
+    base = [int(r[3:].split("-")[0]) for r in recipes[1:]]
+    n = [len(engine.lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in DOC]
+    sep = len(engine.lm.tokenizer("\n\n", add_special_tokens=False)["input_ids"])
+    assert base == [n[0] + sep, n[0] + n[1] + 2 * sep, n[1] + n[2] + 2 * sep]
+
+
+def test_any_other_order_or_separator_links_the_chunks_alone(engine):
+    engine.compile(DOC, in_order=True)
+    assert _recipes(engine, _prompt(DOC[::-1]))[0] == [PLAIN] * 4
+    assert _recipes(engine, _prompt(DOC, sep="\n"))[0] == [PLAIN] * 4  # not the separator compiled behind
+    # a run that starts inside the document: chunk 2 follows chunk 1 alone, not the two it was compiled behind
+    recipes, _ = _recipes(engine, _prompt(DOC[1:3]))
+    assert recipes == [PLAIN, PLAIN]
+    # a chunk whose predecessors are there links behind them even where the prompt starts later
+    recipes, _ = _recipes(engine, _prompt(DOC[1:4]))
+    assert recipes[:2] == [PLAIN, PLAIN] and recipes[2].startswith("ctx")
+
+
+def test_generation_uses_them_and_full_is_unchanged(engine):
+    engine.compile(DOC, in_order=True)
+    full = engine.generate(_prompt(DOC), hints=DOC, method="full")
+    exact = engine.generate(_prompt(DOC), hints=DOC, method="legolink-1000")
+    assert exact.token_ids == full.token_ids
+    linked = engine.generate(_prompt(DOC), hints=DOC)
+    assert (linked.chunks_loaded, linked.chunks_behind, linked.chunks_compiled) == (4, 3, 0)
+    assert len(linked.token_ids) == 6 and full.chunks_behind == 0  # full links no stored KV
+
+
+def test_off_by_default_and_refused_where_it_cannot_apply(engine, tmp_path):
+    off = RagPic(Config(store=str(tmp_path / "off")), lm=engine.lm)
+    with pytest.raises(ConfigError, match="compile_behind"):
+        off.compile(DOC, in_order=True)
+    with pytest.raises(ConfigError, match="compile_behind must be an integer >= 0"):
+        Config(compile_behind=-1)
+    engine.compile(DOC, in_order=True)
+    off_lookup = RagPic(Config(store=str(tmp_path / "kv"), kv_quant="none"), lm=engine.lm)  # same store, option off
+    assert _recipes(off_lookup, _prompt(DOC))[0] == [PLAIN] * 4
+
+
+def test_bad_options_are_refused_before_any_work(engine):
+    for sep in ("---", None):
+        with pytest.raises(ConfigError, match="separator must be the whitespace"):
+            engine.compile(DOC, in_order=True, separator=sep)
+    with pytest.raises(ConfigError, match="legolink-0 links chunks compiled behind dummy tokens"):
+        engine.compile(DOC, in_order=True, method="legolink-0")
+    # nothing was compiled or stored by the refused calls
+    assert engine.compile(DOC) == 4 and engine.compile(DOC, method="legolink-0") == 4
+    with pytest.raises(ConfigError, match="compile_behind must be at most 16"):
+        Config(compile_behind=17)
