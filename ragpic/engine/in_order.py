@@ -25,13 +25,15 @@ from ragpic.config import MAX_COMPILE_BEHIND as MAX_BEHIND
 from ragpic.core.compile import compile_in_context
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import PLAIN, Method, context_recipe
+from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Match
 from ragpic.errors import ChunkError, ConfigError
 
-from ragpic.core.model import LoadedModel
-
 if TYPE_CHECKING:
     from ragpic.engine.compile_plan import CompilePlan
+
+__all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind",
+           "in_order_todo"]
 
 
 class Engine(Protocol):
@@ -41,7 +43,6 @@ class Engine(Protocol):
     config: Any  # ragpic.Config: compile_behind, batch_tokens
     store: Any  # ragpic.cache.ChunkStore: contains_many, put_many, get_many
 
-__all__ = ["check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind", "in_order_todo"]
 
 def context_ids(tokenizer, pieces: Sequence[str]) -> list[int]:
     """The ids of ``pieces`` tokenized one by one (as the prompt's segments are), concatenated."""
@@ -63,6 +64,13 @@ def context_candidates(tokenizer, prompt: str, matches: Sequence[Match], behind:
     them only), the recipes of the entries compiled behind its last ``n`` predecessors and
     separators, ``n`` from ``min(behind, predecessors)`` down to 1."""
     out: dict[int, list[str]] = {}
+    ids: dict[str, list[int]] = {}  # each distinct piece tokenized once
+
+    def piece(text: str) -> list[int]:
+        if text not in ids:
+            ids[text] = context_ids(tokenizer, [text])
+        return ids[text]
+
     for i in range(1, len(matches)):
         n = 0
         while (n < min(behind, MAX_BEHIND) and i - n - 1 >= 0
@@ -70,10 +78,9 @@ def context_candidates(tokenizer, prompt: str, matches: Sequence[Match], behind:
             n += 1
         recipes = []
         for k in range(n, 0, -1):
-            pieces = []
-            for j in range(i - k, i):
-                pieces += [matches[j].text, prompt[matches[j].end:matches[j + 1].start]]
-            recipes.append(context_recipe(context_ids(tokenizer, pieces)))
+            context = [t for j in range(i - k, i)
+                       for t in (*piece(matches[j].text), *piece(prompt[matches[j].end:matches[j + 1].start]))]
+            recipes.append(context_recipe(context))
         if recipes:
             out[i] = recipes
     return out
