@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from llama_index.core.bridge.pydantic import Field
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
@@ -36,9 +35,7 @@ class DocumentOrder(BaseNodePostprocessor):
     With ``Config(compile_behind=m)`` and :class:`~ragpic.retriever_hooks.llamaindex.RagPicIngest`,
     a node retrieved right after the nodes before it in its document then links the KV compiled
     behind them. Put it last in ``node_postprocessors`` (after any that add neighbours, e.g.
-    ``PrevNextNodePostprocessor``)."""
-
-    keep_scores: bool = Field(default=True, description="Leave each node's score as retrieval gave it.")
+    ``PrevNextNodePostprocessor``). Scores stay as retrieval gave them."""
 
     @classmethod
     def class_name(cls) -> str:
