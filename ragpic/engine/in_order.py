@@ -1,9 +1,9 @@
 """A document's chunks compiled behind the chunks before them, and found again in a prompt that
 holds them in that order (docs/ARCHITECTURE.md §1.3).
 
-Ingest: :func:`in_order_todo` gives, for chunk ``i`` of a document (``i >= 1``), the context it
-is compiled behind: the ``behind`` chunks before it, each followed by the separator a prompt puts
-between two chunks; the entry's recipe (``ctx<N>-<hash>``) names those context ids, so it lives
+Ingest: :func:`compile_in_order` gives chunk ``i`` of a document (``i >= 1``) the context it
+is compiled behind (:func:`ragpic.core.compile.document_contexts`): the ``behind`` chunks before
+it, each followed by the separator a prompt puts between two chunks; the entry's recipe (``ctx<N>-<hash>``) names those context ids, so it lives
 under its own store key beside the chunk's plain entry. Link: :func:`context_candidates` reads,
 for each chunk found in a prompt, the chunks right before it (only whitespace between them) and
 gives the recipes of the entries that would have read exactly that text, longest first; the
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ragpic.cache import chunk_key
 from ragpic.cache.format.expect import expected_for
 from ragpic.config import MAX_COMPILE_BEHIND as MAX_BEHIND
-from ragpic.core.compile import compile_in_context
+from ragpic.core.compile import compile_in_context, document_contexts
 from ragpic.core.kv import ChunkKV
 from ragpic.core.methods import PLAIN, Method, context_recipe
 from ragpic.core.model import LoadedModel
@@ -32,8 +32,7 @@ from ragpic.errors import ChunkError, ConfigError
 if TYPE_CHECKING:
     from ragpic.engine.compile_plan import CompilePlan
 
-__all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind",
-           "in_order_todo"]
+__all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind"]
 
 
 class Engine(Protocol):
@@ -47,16 +46,6 @@ class Engine(Protocol):
 def context_ids(tokenizer, pieces: Sequence[str]) -> list[int]:
     """The ids of ``pieces`` tokenized one by one (as the prompt's segments are), concatenated."""
     return [t for p in pieces if p for t in tokenizer(p, add_special_tokens=False)["input_ids"]]
-
-
-def in_order_todo(tokenizer, texts: Sequence[str], behind: int, separator: str) -> list[tuple[int, list[int]]]:
-    """``(index, context ids)`` of every text of one document (``texts`` in order) that has a text
-    before it: its ``behind`` predecessors, each followed by ``separator``."""
-    out = []
-    for i in range(1, len(texts)):
-        pieces = [p for t in texts[max(0, i - behind):i] for p in (t, separator)]
-        out.append((i, context_ids(tokenizer, pieces)))
-    return out
 
 
 def context_candidates(tokenizer, prompt: str, matches: Sequence[Match], behind: int) -> dict[int, list[str]]:
@@ -107,7 +96,9 @@ def compile_in_order(engine: Engine, plan: "CompilePlan", separator: str, *, pro
     compiled. A text too short to match (``plan.skipped``) is not compiled behind anything.
     :func:`check_in_order` has passed."""
     behind, lm, skipped = engine.config.compile_behind, engine.lm, set(plan.skipped)
-    todo = [(i, ctx) for i, ctx in in_order_todo(lm.tokenizer, plan.texts, behind, separator) if i not in skipped]
+    ids = [context_ids(lm.tokenizer, [t]) for t in plan.texts]  # each text tokenized once
+    contexts = document_contexts(ids, behind, glue=context_ids(lm.tokenizer, [separator]))
+    todo = [(i, contexts[i]) for i in range(1, len(ids)) if i not in skipped]
     keys = [chunk_key(lm.fingerprint, plan.texts[i], context_recipe(ctx), lm.dtype) for i, ctx in todo]
     stored = engine.store.contains_many(keys, texts=[plan.texts[i] for i, _ in todo])
     work = list({k: (i, ctx) for k, (i, ctx), have in zip(keys, todo, stored) if not have}.items())
@@ -120,9 +111,8 @@ def compile_in_order(engine: Engine, plan: "CompilePlan", separator: str, *, pro
     try:
         for lo in range(0, len(work), 16):  # stored 16 at a time: an interrupted ingest keeps what it finished
             part = work[lo:lo + 16]
-            ids = [lm.tokenizer(plan.texts[i], add_special_tokens=False)["input_ids"] for _, (i, _) in part]
             try:
-                kvs = compile_in_context(lm, ids, [ctx for _, (_, ctx) in part],
+                kvs = compile_in_context(lm, [ids[i] for _, (i, _) in part], [ctx for _, (_, ctx) in part],
                                          batch_tokens=engine.config.batch_tokens, on_progress=bar.update)
             except ChunkError as e:
                 where = part[e.index or 0][1][0]
