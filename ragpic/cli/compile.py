@@ -14,6 +14,7 @@ import logging
 import sys
 
 from ragpic.cmdline import at_least, check_model, method_name, need_module
+from ragpic.config import MAX_COMPILE_BEHIND
 from ragpic.core.kv_quant import NAMES as KV_NAMES
 from ragpic.core.weights import NAMES as WEIGHT_NAMES
 from ragpic.errors import ConfigError, UsageError
@@ -27,6 +28,7 @@ the same folder finds them stored. Content-addressed: a second run compiles noth
 compiles only the rest. Ends by checking that every chunk is in the store (exit 1 if not).
 
   ragpic compile docs/ --store my_index/kv
+  ragpic compile docs/ --store my_index/kv --compile-behind 4   # also behind each document's 4 chunks before
   ragpic compile docs/ corpus.jsonl --store redis://127.0.0.1:6379/0 --ray             # a local Ray cluster
   ragpic compile docs/ --store redis-cluster://10.0.0.5:7000 --ray 10.0.0.1:6379 --workers 8
 """
@@ -56,6 +58,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="run on a Ray cluster: ADDRESS (host:port, ray://...) or none for a local one")
     p.add_argument("--workers", type=at_least(1), default=1, help="Ray actors, one model each (default 1)")
     p.add_argument("--cpus-per-worker", type=at_least(1), default=1, help="CPUs (torch threads) per Ray actor")
+    p.add_argument("--compile-behind", type=at_least(0), default=0, metavar="M",
+                   help="also compile each chunk behind the M chunks before it in its document (at most "
+                        f"{MAX_COMPILE_BEHIND}; in process, not with --ray): a query engine or server with the same "
+                        "compile_behind links them where a prompt holds the chunks in that order")
     p.add_argument("--json", dest="json_out", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run, check=check)
@@ -68,7 +74,8 @@ def _job(args: argparse.Namespace):
     try:
         return CompileJob(store=args.store, model=args.model, dtype=args.dtype, weights=args.weights,
                           kv_quant=args.kv_quant, method=args.method, chunker=args.chunker,
-                          chunk_tokens=args.chunk_tokens, batch_chunks=args.batch, threads=args.threads or 0)
+                          chunk_tokens=args.chunk_tokens, batch_chunks=args.batch, threads=args.threads or 0,
+                          compile_behind=args.compile_behind)
     except ConfigError as e:
         raise UsageError(str(e)) from None
 
@@ -88,6 +95,9 @@ def check(args: argparse.Namespace) -> None:
     if kind == "memory":
         raise UsageError(f"--store {args.store!r}: a memory store ends with the run; pass a folder or a redis:// URL")
     if args.ray is not None:
+        if args.compile_behind:
+            raise UsageError("--compile-behind runs in process: a Ray batch may split a document's chunks; "
+                             "drop --ray (or run a second, in-process pass with --compile-behind)")
         need_module("ray", "--ray", "ray")
     _job(args)
 

@@ -21,7 +21,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``ragpic`` parser."""
     from ragpic.cmdline import at_least, method_name
-    from ragpic.config import Config
+    from ragpic.config import MAX_COMPILE_BEHIND, Config
 
     p = subparsers.add_parser("serve", help="OpenAI-compatible server with EPIC's context-cache API",
                               description="Serve /v1/chat/completions, /v1/completions, /v1/models, "
@@ -75,6 +75,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--hold-dense", action="store_true",
                    help="under quantized weights, keep each layer's dequantized weight once made: links skip "
                         "the dequantization (~1.2 s each on a 1.5B), for the dense weights' memory")
+    p.add_argument("--compile-behind", type=at_least(0), default=0, metavar="M",
+                   help="link a chunk's entry compiled behind the (up to M) chunks before it where a prompt holds "
+                        "them in that order, as `ragpic compile --compile-behind M` or RagPic.compile(texts, "
+                        f"in_order=True) stored them (at most {MAX_COMPILE_BEHIND}; default 0: off)")
     rows = Config.__dataclass_fields__["prefix_cache_tokens"].default
     p.add_argument("--prefix-cache-tokens", type=at_least(0), default=rows, metavar="N",
                    help="rows of leading prompt text (template, system prompt) whose exact KV is kept for the "
@@ -87,9 +91,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def check(args: argparse.Namespace) -> None:
     """Check what can be checked without loading anything (raises UsageError)."""
     from ragpic.cmdline import check_model, need_module
+    from ragpic.config import MAX_COMPILE_BEHIND
     from ragpic.errors import UsageError
 
     check_model(args.model)
+    if args.compile_behind > MAX_COMPILE_BEHIND:
+        raise UsageError(f"--compile-behind {args.compile_behind}: must be at most {MAX_COMPILE_BEHIND}")
     need_module("fastapi", "ragpic serve", "serve")
     need_module("uvicorn", "ragpic serve", "serve")
     if args.store:  # the store spec's own rule for its kind (ragpic/cache/backends/kinds.py)
@@ -150,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
                            device=args.device, dtype=args.dtype, weights=args.weights,
-                           hold_dense=args.hold_dense, prefix_cache_tokens=args.prefix_cache_tokens))
+                           hold_dense=args.hold_dense, prefix_cache_tokens=args.prefix_cache_tokens,
+                           compile_behind=args.compile_behind))
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,

@@ -11,10 +11,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ragpic.config import Config
+from ragpic.core.methods import PLAIN, parse_method
 from ragpic.corpus.chunking import check_chunking
 from ragpic.errors import UsageError
 
-__all__ = ["CompileJob"]
+__all__ = ["SEPARATOR", "CompileJob"]
+
+SEPARATOR = "\n\n"
+"""What LlamaIndex's and LangChain's prompts put between two retrieved chunks: the text a chunk
+is compiled behind after each chunk before it (``compile_behind``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +31,10 @@ class CompileJob:
         chunker, chunk_tokens: how documents become chunks (:mod:`ragpic.corpus.chunking`).
         batch_chunks: chunks one worker compiles and writes per batch (a retry redoes at most one).
         threads: torch CPU threads per worker (0: torch's choice).
+        compile_behind: also compile each chunk behind the ``compile_behind`` chunks before it in
+            its document, each followed by :data:`SEPARATOR` (ARCHITECTURE §1.3); a query engine
+            with ``Config(compile_behind=m)`` links those entries where a prompt holds the
+            chunks in that order. In process only: a Ray batch may split a document.
     """
 
     store: str
@@ -38,6 +47,7 @@ class CompileJob:
     chunk_tokens: int = 512
     batch_chunks: int = 32
     threads: int = 0
+    compile_behind: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, str) or not self.store.strip() or self.store == "memory":
@@ -46,11 +56,15 @@ class CompileJob:
         if not isinstance(self.batch_chunks, int) or self.batch_chunks < 1:
             raise UsageError(f"batch_chunks must be a whole number >= 1, got {self.batch_chunks!r}")
         self.config()  # model, dtype, weights, KV format and method checked before any work
+        if self.compile_behind and parse_method(self.method).recipe != PLAIN:
+            raise UsageError(f"compile_behind needs a method that links plain chunks (e.g. legolink-16), "
+                             f"got method {self.method!r}, which compiles behind dummy tokens")
 
     def config(self) -> Config:
         """The engine's settings: no hot tier (ingest reads nothing back), no compile on miss."""
         return Config(model=self.model, dtype=self.dtype, weights=self.weights, kv_quant=self.kv_quant,
-                      method=self.method, store=self.store, memory_cache_mb=0, store_stats_interval_s=0)
+                      method=self.method, store=self.store, memory_cache_mb=0, store_stats_interval_s=0,
+                      compile_behind=self.compile_behind)
 
     def to_dict(self) -> dict:
         return asdict(self)

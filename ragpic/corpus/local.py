@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from ragpic.corpus.batch import compile_batch
 from ragpic.corpus.chunking import Chunker
-from ragpic.corpus.job import CompileJob
+from ragpic.corpus.job import SEPARATOR, CompileJob
 from ragpic.corpus.report import CompileReport, Progress
 from ragpic.corpus.sources import Doc
-from ragpic.errors import StoreError
+from ragpic.errors import ChunkError, StoreError
 
 if TYPE_CHECKING:
     from ragpic.engine.engine import RagPic
 
-__all__ = ["compile_in_process", "cut", "missing_keys", "open_engine"]
+__all__ = ["compile_behind", "compile_in_process", "cut", "missing_keys", "open_engine"]
 
 CHECK_BATCH = 1000  # keys per existence query of the final check
 
@@ -71,10 +71,11 @@ def compile_in_process(job: CompileJob, docs: Iterable[Doc], *, progress: bool =
     engine = open_engine(job, lm)
     try:
         chunker = make_chunker(job.chunker, engine.lm.tokenizer, job.chunk_tokens)
-        report, chunks = CompileReport(), []
+        report, documents = CompileReport(), []
         for doc in docs:  # chunking is cheap beside compiling: cut all first, so the bar has a total
             report.documents += 1
-            chunks += cut(doc, chunker)
+            documents.append(cut(doc, chunker))
+        chunks = [c for d in documents for c in d]
         keys: dict[str, None] = {}
         bar = Progress(len(chunks), progress)
         try:
@@ -86,9 +87,39 @@ def compile_in_process(job: CompileJob, docs: Iterable[Doc], *, progress: bool =
                 bar.update(result)
         finally:
             bar.close()
+        if job.compile_behind:
+            report.behind = compile_behind(engine, documents, progress=progress)
         report.distinct = len(keys)
         report.missing = len(missing_keys(engine.store, list(keys)))
     finally:
         engine.store.close()
     report.wall_s = time.perf_counter() - t0
     return report
+
+
+def compile_behind(engine: "RagPic", documents: Sequence[Sequence[tuple[str, str]]], *, progress: bool = True) -> int:
+    """Compile each document's chunks behind the ``config.compile_behind`` chunks before it
+    (ARCHITECTURE §1.3), after their plain entries; how many entries were compiled.
+
+    ``documents``: each document's ``(where, text)`` chunks in order (:func:`cut`). A chunk that
+    fails raises :class:`ChunkError` naming it (``doc.md#3``).
+    """
+    from ragpic.engine.compile_plan import plan_compile
+    from ragpic.engine.in_order import check_in_order, compile_in_order
+
+    method = engine.method_of()
+    check_in_order(engine, method, SEPARATOR)
+    bar = Progress(len(documents), progress, desc="compiling behind the chunks before (documents)")
+    compiled = 0
+    try:
+        for chunks in documents:
+            if len(chunks) > 1:
+                plan = plan_compile(engine, [t for _, t in chunks], method)
+                try:
+                    compiled += compile_in_order(engine, plan, SEPARATOR)
+                except ChunkError as e:
+                    raise ChunkError(f"{chunks[e.index or 0][0]}: {e}", e.index) from e
+            bar.advance(1)
+    finally:
+        bar.close()
+    return compiled

@@ -105,9 +105,13 @@ def compile_on_ray(job: CompileJob, sources: list[str], *, address: str | None =
     """Compile ``sources`` into ``job.store`` on the Ray cluster at ``address`` (``None``: a local one).
 
     Raises:
-        UsageError: a source that cannot be read. ChunkError / StoreError: from a batch, naming
-        the chunk. ImportError: Ray is not installed (``pip install 'ragpic[ray]'``).
+        UsageError: a source that cannot be read, or ``job.compile_behind`` set (in process only).
+        ChunkError / StoreError: from a batch, naming the chunk.
+        ImportError: Ray is not installed (``pip install 'ragpic[ray]'``).
     """
+    if job.compile_behind:  # a batch holds any chunks, so a document's may be split between workers
+        raise UsageError("compile_behind runs in process (compile_corpus / ragpic compile without --ray): "
+                         "a Ray batch may split a document's chunks")
     import ray
 
     t0 = time.perf_counter()

@@ -20,6 +20,8 @@ class CompileReport(Counts):
         distinct: distinct cacheable chunk texts (the store keys the run checks at its end).
         wall_s: the whole run, reading and chunking included.
         missing: keys of the corpus the store does not hold after the run.
+        behind: entries compiled behind the chunks before them in their document
+            (``compile_behind``; beside the ``distinct`` plain entries).
         ray: whether it ran on a Ray cluster.
         workers: ``host:pid`` -> that worker's own :class:`Counts` and batch count.
     """
@@ -28,6 +30,7 @@ class CompileReport(Counts):
     distinct: int = 0
     wall_s: float = 0.0
     missing: int = 0
+    behind: int = 0
     ray: bool = False
     workers: dict[str, dict] = field(default_factory=dict)
 
@@ -52,6 +55,8 @@ class CompileReport(Counts):
                + (f" ({self.tokens / self.compile_s:.0f} tokens/s while compiling)" if self.compile_s else "")
                + f"; per chunk: compile {per(self.compile_s, self.compiled)}, encode {per(self.encode_s, self.compiled)},"
                  f" store write {per(self.write_s, self.compiled)}"]
+        if self.behind:
+            out.append(f"{self.behind} entries compiled behind the chunks before them in their document")
         if len(self.workers) > 1 or self.ray:
             for name, w in sorted(self.workers.items()):
                 rate = f"{w['tokens'] / w['compile_s']:.0f} tokens/s" if w["compile_s"] else "idle"

@@ -14,7 +14,7 @@ from ragpic.core.kv_quant import KVQuant
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.methods import split_variant as parse_variant
 from ragpic.core.model import LoadedModel
-from ragpic.engine.offline import compile_ids, compile_ids_behind, prompt_segments
+from ragpic.engine.offline import compile_ids, compile_ids_behind, document_contexts, prompt_segments
 
 __all__ = ["DEFAULT_METHODS", "compile_for", "method_of", "normalize_methods", "prompt_segments", "split_variant",
            "store_round_trip", "variant_key"]
@@ -76,8 +76,8 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
     for variant in dict.fromkeys(variant_key(m).split("@int")[0] for m in methods):
         recipe, _, prev = variant.partition("@prev")
         behind = int(prev or 0)
-        keys = [(variant, tuple(t for c in chunk_ids[max(0, i - behind):i] for t in c) if behind else (), tuple(c))
-                for i, c in enumerate(chunk_ids)]
+        contexts = document_contexts(chunk_ids, behind)  # nothing between chunks: no glue
+        keys = [(variant, tuple(ctx), tuple(c)) for ctx, c in zip(contexts, chunk_ids)]
         missing = [k for k in dict.fromkeys(keys) if memo is None or k not in memo]
         if missing:
             todo = [list(k[2]) for k in missing]

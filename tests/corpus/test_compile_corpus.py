@@ -166,6 +166,64 @@ def test_the_demo_finds_every_chunk_compile_stored(model, corpus, tmp_path, embe
     assert report.new_chunks > 20 and report.compiled == 0
 
 
+def _document_chunks(model: str, corpus: Path, chunk_tokens: int) -> dict[str, list[str]]:
+    """Each document's chunk texts, in order, as ``ragpic compile`` cuts them."""
+    from transformers import AutoTokenizer
+
+    from ragpic.corpus import read_sources
+    from ragpic.corpus.chunking import make_chunker
+    from ragpic.corpus.local import cut
+
+    chunker = make_chunker("llamaindex", AutoTokenizer.from_pretrained(model), chunk_tokens)
+    return {d.name: [t for _, t in cut(d, chunker)] for d in read_sources([str(corpus)])}
+
+
+def test_compile_behind_then_a_server_links_the_entries_behind(model, corpus, tmp_path, capsys):
+    """`ragpic compile --compile-behind 2` stores, beside each chunk, its entry behind the chunks
+    before it in its document; `ragpic serve --compile-behind 2` over that store links them
+    where a prompt holds the chunks in order, and the plain ones where it does not."""
+    from serve_helpers import Server
+
+    kv = tmp_path / "kv"
+    code, report = compile_json(capsys, str(corpus), "--store", str(kv), "--model", model, "--chunk-tokens", "64",
+                                "--compile-behind", "2")
+    docs = _document_chunks(model, corpus, 64)
+    capsys.readouterr()  # LlamaIndex's splitter prints a warning about the metadata's length
+    assert code == 0 and report["ok"] and report["documents"] == len(docs) == 3
+    assert report["behind"] == sum(len(c) - 1 for c in docs.values()) > 20  # every chunk is long enough
+    assert len(folder_keys(kv)) == report["distinct"] + report["behind"]
+    code, again = compile_json(capsys, str(corpus), "--store", str(kv), "--model", model, "--chunk-tokens", "64",
+                               "--compile-behind", "2")
+    assert code == 0 and again["compiled"] == again["behind"] == 0
+    chunks = next(iter(docs.values()))[:3]
+    server = Server("--model", model, "--model-id", "tiny", "--store", str(kv), "--compile-behind", "2",
+                    home=tmp_path)
+    try:
+        with server.client() as c:
+            def ask(parts):
+                content = "Read these.\n\n" + "\n\n".join(parts) + "\n\nquestion: which fact comes first?"
+                r = c.post("/v1/chat/completions", json={"model": "tiny", "max_tokens": 2, "hints": parts,
+                                                          "messages": [{"role": "user", "content": content}]})
+                assert r.status_code == 200, r.text
+                return r.json()["ragpic"]
+            in_order, reversed_ = ask(chunks), ask(chunks[::-1])
+    finally:
+        server.stop()
+    assert (in_order["chunks_loaded"], in_order["chunks_behind"]) == (3, 2)
+    assert (reversed_["chunks_loaded"], reversed_["chunks_behind"]) == (3, 0)
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--compile-behind", "2", "--ray"], "--compile-behind runs in process"),
+    (["--compile-behind", "17"], "compile_behind must be at most 16"),
+    (["--compile-behind", "2", "--method", "legolink-0"], "compile_behind needs a method that links plain chunks"),
+])
+def test_compile_behind_refuses_what_it_cannot_do(model, corpus, tmp_path, capsys, args, expect):
+    assert main(["compile", str(corpus), "--store", str(tmp_path / "kv"), "--model", model, "--quiet", *args]) == 2
+    assert expect in capsys.readouterr().err
+    assert not (tmp_path / "kv" / "entries").exists()
+
+
 def test_dicts_and_strings_are_documents_checked_as_jsonl_lines_are():
     from ragpic.corpus.sources import doc_from, parse_jsonl_line
     from ragpic.errors import UsageError
