@@ -18,7 +18,7 @@ from ragpic.core.kv import ChunkKV, dequantize_int8, device_kv, rotate_keys
 from ragpic.core.link import link
 from ragpic.core.ops import attention
 from ragpic.core.ops import attention as sdpa_mod
-from ragpic.core.ops.attention import (GPU_CALL_COST, banded_sdpa, call_cost_for, grouped_sdpa,
+from ragpic.core.ops.attention import (GPU_CALL_COST, banded_sdpa, call_cost_for, fold_pays, grouped_sdpa,
                                        plan_bands, query_bands)
 from ragpic.core.ops.device import host_ints, to_device
 from tiny import tiny_lm
@@ -68,20 +68,30 @@ def test_folded_heads_equal_enable_gqa_and_float64(shape):
             - reference_attention(q, k, v, None, 0.25)).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("fold", [True, False])
+@pytest.mark.parametrize("fold", [True, False, None])
 @pytest.mark.parametrize("call_cost", [0, 10**9])
 def test_band_plan_built_once_equals_plain_attention(fold, call_cost, transposed_sdpa):
     q, k, v, mask, pos = _case(6, 2, 12, 90, 16, seed=2)
     bands = query_bands(pos.tolist(), call_cost=call_cost)
-    plan = plan_bands(bands, mask, groups=3, fold=fold)
+    plan = plan_bands(bands, mask, groups=3, fold=fold, kv_heads=2)
     assert all((m is None) == (not b.masked) for b, m in zip(plan.bands, plan.masks))
-    if fold:
-        rows = [b.row_end - b.row_start for b in plan.bands]
-        assert all(m is None or m.shape[-2] == 3 * r for r, m in zip(rows, plan.masks))
+    assert plan.folds == (tuple([fold] * len(bands)) if fold is not None else
+                          tuple(fold_pays(b.row_end - b.row_start, 3, 2, torch.get_num_threads()) for b in bands))
+    rows = [b.row_end - b.row_start for b in plan.bands]
+    assert all(m is None or m.shape[-2] == (3 * r if f else r) for r, m, f in zip(rows, plan.masks, plan.folds))
     module = types.SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
     out, _ = banded_sdpa(module, q, k, v, mask, scaling=0.25, ragpic_bands=plan)
     ref = reference_attention(q, k, v, mask, 0.25).transpose(1, 2)
     assert (out.double() - ref).abs().max() <= 1e-5
+
+
+def test_the_cpu_folds_where_the_threads_stay_busy():
+    """Folding a KV head's query heads into rows pays on the CPU unless it leaves threads idle."""
+    assert fold_pays(47, 7, 2, threads=2) and fold_pays(4, 7, 2, threads=2)  # Qwen2.5-0.5B on 2 cores
+    assert fold_pays(200, 3, 3, threads=16)  # 3 heads x 10 blocks of 64 rows: 30 items for 16 threads
+    assert not fold_pays(4, 7, 1, threads=16)  # one KV head, one block: 1 item where GQA gives 7
+    assert not fold_pays(100, 1, 4, threads=2)  # no grouped heads: nothing to fold
+    assert fold_pays(4, 7, 1, threads=1)
 
 
 def test_a_lone_row_band_needs_no_mask():
@@ -104,8 +114,8 @@ def test_link_with_folded_heads_and_transposed_outputs_equals_link_on_the_cpu_pa
 
     expected = {m: run(m) for m in ("full", "legolink-2", "legolink-1000", "cacheblend-30")}
     real_plan = sdpa_mod.plan_bands
-    monkeypatch.setattr(sdpa_mod, "plan_bands", lambda bands, mask, groups, fold: real_plan(
-        bands, mask, groups=groups, fold=True))
+    monkeypatch.setattr(sdpa_mod, "plan_bands", lambda bands, mask, groups, fold, **kw: real_plan(
+        bands, mask, groups=groups, fold=True, **kw))
     sdpa = transposed_layout_sdpa(torch.nn.functional.scaled_dot_product_attention)
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)  # transformers' too
     monkeypatch.setattr(sdpa_mod, "F", types.SimpleNamespace(scaled_dot_product_attention=sdpa))

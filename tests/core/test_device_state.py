@@ -163,8 +163,8 @@ def test_bf16_with_folded_heads_matches_fp32(monkeypatch):
     ref.model.generation_config.eos_token_id = None
     lm = converted(ref, "cpu", torch.bfloat16)
     real_plan = attention.plan_bands
-    monkeypatch.setattr(attention, "plan_bands", lambda bands, mask, groups, fold: real_plan(
-        bands, mask, groups=groups, fold=True))
+    monkeypatch.setattr(attention, "plan_bands", lambda bands, mask, groups, fold, **kw: real_plan(
+        bands, mask, groups=groups, fold=True, **kw))
     monkeypatch.setattr(attention, "CALL_COST", 0)  # many bands, several of them folded and masked
     rows = compare_to_reference(lm, ref, methods=("legolink-2", "naive", "cacheblend-30"))
     assert all(bf16_ok(r) for r in rows), rows

@@ -96,36 +96,59 @@ def _mark_unmasked(band: Band, rows: list[int], window: int | None) -> Band:
     return Band(band.row_start, band.row_end, band.key_start, band.key_end, masked=not sees_all)
 
 
+def _query_blocks(rows: int) -> int:
+    """How many query blocks torch's CPU flash-attention kernel cuts ``rows`` into (its split:
+    32 rows under 192, 64 under 768, else 256); with batch x heads, its parallel work items."""
+    split = 256 if rows >= 768 else 64 if rows >= 192 else 32
+    return -(-rows // split)
+
+
+def fold_pays(rows: int, groups: int, kv_heads: int, threads: int) -> bool:
+    """Whether, on the CPU, folding the ``groups`` query heads of each KV head into rows is the
+    faster call for ``rows`` query rows: it is whenever it leaves the threads as much work as
+    ``enable_gqa``'s one item per query head and block (ARCHITECTURE §4.3).
+
+    Folded, each KV head's K/V block is read once for ``groups x rows`` query rows, GEMMs tall
+    enough for the bf16 (AMX) and fp32 micro-kernels; ``enable_gqa`` runs each query head
+    alone over the same keys. On a 2-core Xeon with AMX (Qwen2.5-0.5B's 14 / 2 heads, 4-8k
+    keys) the fold ran 1.0-3x faster per call and a whole ``legolink-16`` link 1.2-1.4x
+    (docs/RESULTS.md §32); with one KV head and few rows it would leave threads idle.
+    """
+    if groups <= 1:
+        return False
+    return kv_heads * _query_blocks(groups * rows) >= min(threads, groups * kv_heads * _query_blocks(rows))
+
+
 @dataclass(slots=True, frozen=True)
 class BandPlan:
     """Bands plus each band's mask, built once per forward and read by every layer.
 
     Attributes:
         bands: from :func:`query_bands`.
-        masks: per band ``(1, 1, rows, keys)`` additive mask (``(1, 1, g x rows, keys)`` when
-            ``fold``: repeated for the ``g`` query heads folded into rows), or None when the
+        masks: per band ``(1, 1, rows, keys)`` additive mask (``(1, 1, g x rows, keys)`` where
+            folded: repeated for the ``g`` query heads folded into rows), or None when the
             band is unmasked.
-        fold: whether :func:`grouped_sdpa` folds query heads into rows (None: its device default).
+        folds: per band, whether :func:`grouped_sdpa` folds query heads into rows.
     """
 
     bands: tuple[Band, ...]
     masks: tuple[torch.Tensor | None, ...]
-    fold: bool | None
+    folds: tuple[bool, ...]
 
     def attend(self, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
                scaling: float | None) -> torch.Tensor:
         """``(1, H, R, D)`` queries over ``(1, H_kv, N, D)`` K/V, band by band -> ``(1, R, H, D)``."""
         b, h, r, _ = query.shape
         if len(self.bands) == 1 and self.bands[0].row_end - self.bands[0].row_start == r:
-            (band,), (mask,) = self.bands, self.masks  # one call: no slice writes
+            (band,), (mask,), (fold,) = self.bands, self.masks, self.folds  # one call: no slice writes
             out = grouped_sdpa(query, key[:, :, band.key_start:band.key_end],
-                               value[:, :, band.key_start:band.key_end], mask, dropout, scaling, fold=self.fold)
+                               value[:, :, band.key_start:band.key_end], mask, dropout, scaling, fold=fold)
             return out.transpose(1, 2).contiguous()
         out = query.new_empty(b, h, r, value.shape[-1])
-        for band, mask in zip(self.bands, self.masks):
+        for band, mask, fold in zip(self.bands, self.masks, self.folds):
             r0, r1, k0, k1 = band.row_start, band.row_end, band.key_start, band.key_end
             out[:, :, r0:r1] = grouped_sdpa(query[:, :, r0:r1], key[:, :, k0:k1], value[:, :, k0:k1],
-                                            mask, dropout, scaling, fold=self.fold)
+                                            mask, dropout, scaling, fold=fold)
         return out.transpose(1, 2).contiguous()
 
 
@@ -140,18 +163,24 @@ class AttentionPlan(Protocol):
         ...
 
 
-def plan_bands(bands: Sequence[Band], mask: torch.Tensor, *, groups: int, fold: bool | None) -> BandPlan:
-    """Slice (and, with ``fold``, repeat per query head) each band's part of ``mask`` once.
+def plan_bands(bands: Sequence[Band], mask: torch.Tensor, *, groups: int, fold: bool | None,
+               kv_heads: int = 1) -> BandPlan:
+    """Slice (and, where folded, repeat per query head) each band's part of ``mask`` once.
 
     Without it every layer re-sliced the mask and, folded, copied ``g x rows x keys`` of it:
     one mask copy per band per layer, the main launch cost of banded attention on a GPU.
-    ``mask`` is the forward's ``(1, 1, R, N)`` additive mask; ``groups`` is query heads per KV head.
+    ``mask`` is the forward's ``(1, 1, R, N)`` additive mask; ``groups`` is query heads per KV
+    head. ``fold``: fold every band (True, a GPU), none (False), or each band where
+    :func:`fold_pays` on torch's CPU threads (None; ``kv_heads``: the model's KV heads).
     """
-    masks = []
+    threads = torch.get_num_threads()
+    masks, folds = [], []
     for b in bands:
+        f = fold if fold is not None else fold_pays(b.row_end - b.row_start, groups, kv_heads, threads)
         m = mask[:, :, b.row_start:b.row_end, b.key_start:b.key_end] if b.masked else None
-        masks.append(fold_mask(m, groups) if m is not None and fold and groups > 1 else m)
-    return BandPlan(tuple(bands), tuple(masks), fold)
+        masks.append(fold_mask(m, groups) if m is not None and f and groups > 1 else m)
+        folds.append(bool(f))
+    return BandPlan(tuple(bands), tuple(masks), tuple(folds))
 
 
 def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -174,7 +203,7 @@ def banded_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
         ragpic_probe.record(query, key, attention_mask, scaling)
     plan = ragpic_bands
     if plan is not None and not hasattr(plan, "attend"):  # bare bands: slice their masks now
-        plan = plan_bands(plan, attention_mask, groups=1, fold=None)
+        plan = plan_bands(plan, attention_mask, groups=1, fold=False)
     if plan is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -199,10 +228,11 @@ def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ma
                  dropout: float = 0.0, scaling: float | None = None, *, fold: bool | None = None) -> torch.Tensor:
     """SDPA of ``(B, H, R, D)`` queries over ``(B, H_kv, S, D)`` keys without copying K/V per head.
 
-    On the CPU, torch's flash kernel takes ``enable_gqa`` with a mask. Elsewhere the
-    ``g = H / H_kv`` query heads that share a KV head are folded into the row dim instead (the
-    mask is repeated for them, unless it already has ``g x R`` rows), which every fused kernel
-    handles. ``fold`` forces either way; ``mask`` None means every row sees every key.
+    Folded, the ``g = H / H_kv`` query heads that share a KV head become rows (the mask is
+    repeated for them, unless it already has ``g x R`` rows), which every fused kernel handles;
+    otherwise torch's CPU flash kernel takes ``enable_gqa`` with a mask. ``fold`` forces either
+    way (a link's plan decides per band, :func:`fold_pays`); None: fold off the CPU only.
+    ``mask`` None means every row sees every key.
     Returns ``(B, H, R, D_v)``, in whatever memory layout the kernel chose.
     """
     b, h, r, d = query.shape
@@ -248,7 +278,8 @@ def plan_attention(lm: Any, host_positions: torch.Tensor | Sequence[int], mask: 
     if (lm.key_blocks and len(bands) > 1 and lm.sliding_window is None
             and key_blocks_available(lm.device, mask.dtype)):
         return plan_key_blocks(bands, positions, mask, groups=groups)
-    return plan_bands(bands, mask, groups=groups, fold=lm.device.type != "cpu")
+    return plan_bands(bands, mask, groups=groups, fold=True if lm.device.type != "cpu" else None,
+                      kv_heads=lm.num_kv_heads)
 
 
 def causal_kernel_ok(lm: Any, length: int) -> bool:
