@@ -111,8 +111,8 @@ def fold_pays(rows: int, groups: int, kv_heads: int, threads: int) -> bool:
     Folded, each KV head's K/V block is read once for ``groups x rows`` query rows, GEMMs tall
     enough for the bf16 (AMX) and fp32 micro-kernels; ``enable_gqa`` runs each query head
     alone over the same keys. On a 2-core Xeon with AMX (Qwen2.5-0.5B's 14 / 2 heads, 4-8k
-    keys) the fold ran 1.0-3x faster per call and a whole ``legolink-16`` link 1.2-1.4x
-    (docs/RESULTS.md §32); with one KV head and few rows it would leave threads idle.
+    keys) the fold ran 1.0-3x faster per call and a whole link 1.03-1.21x (docs/RESULTS.md
+    §32); with one KV head and few rows it would leave threads idle.
     """
     if groups <= 1:
         return False
