@@ -91,12 +91,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def check(args: argparse.Namespace) -> None:
     """Check what can be checked without loading anything (raises UsageError)."""
     from ragpic.cmdline import check_model, need_module
-    from ragpic.config import MAX_COMPILE_BEHIND
-    from ragpic.errors import UsageError
+    from ragpic.config import Config
+    from ragpic.errors import ConfigError, UsageError
 
     check_model(args.model)
-    if args.compile_behind > MAX_COMPILE_BEHIND:
-        raise UsageError(f"--compile-behind {args.compile_behind}: must be at most {MAX_COMPILE_BEHIND}")
+    try:  # Config's own bound, before anything loads
+        Config(compile_behind=args.compile_behind)
+    except ConfigError as exc:
+        raise UsageError(f"--compile-behind: {exc}") from None
     need_module("fastapi", "ragpic serve", "serve")
     need_module("uvicorn", "ragpic serve", "serve")
     if args.store:  # the store spec's own rule for its kind (ragpic/cache/backends/kinds.py)

@@ -104,19 +104,16 @@ def compile_behind(engine: "RagPic", documents: Sequence[Sequence[tuple[str, str
     ``documents``: each document's ``(where, text)`` chunks in order (:func:`cut`). A chunk that
     fails raises :class:`ChunkError` naming it (``doc.md#3``).
     """
-    from ragpic.engine.compile_plan import plan_compile
     from ragpic.engine.in_order import check_in_order, compile_in_order
 
-    method = engine.method_of()
-    check_in_order(engine, method, SEPARATOR)
+    check_in_order(engine, engine.method_of(), SEPARATOR)
     bar = Progress(len(documents), progress, desc="compiling behind the chunks before (documents)")
     compiled = 0
     try:
         for chunks in documents:
-            if len(chunks) > 1:
-                plan = plan_compile(engine, [t for _, t in chunks], method)
+            if len(chunks) > 1:  # checked by the plain batches' plans already
                 try:
-                    compiled += compile_in_order(engine, plan, SEPARATOR)
+                    compiled += compile_in_order(engine, [t for _, t in chunks], SEPARATOR)
                 except ChunkError as e:
                     raise ChunkError(f"{chunks[e.index or 0][0]}: {e}", e.index) from e
             bar.advance(1)

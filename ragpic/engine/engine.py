@@ -148,7 +148,7 @@ class RagPic:
                 raise
             where = plan.texts.index(plan.todo[e.index][1])
             raise ChunkError(re.sub(r"^chunk \d+", f"texts[{where}]", str(e)), where) from e
-        return len(plan.todo) + (compile_in_order(self, plan, separator, progress=progress) if in_order else 0)
+        return len(plan.todo) + (compile_in_order(self, plan.texts, separator, progress=progress) if in_order else 0)
 
     def cacheable(self, text: str) -> bool:
         """Whether ``text`` is long enough to be a cached chunk (``config.min_chunk_tokens``)."""

@@ -17,7 +17,7 @@ rows would have in a prompt starting with them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ragpic.cache import chunk_key
 from ragpic.cache.format.expect import expected_for
@@ -29,9 +29,6 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Match
 from ragpic.errors import ChunkError, ConfigError
 
-if TYPE_CHECKING:
-    from ragpic.engine.compile_plan import CompilePlan
-
 __all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind"]
 
 
@@ -39,7 +36,7 @@ class Engine(Protocol):
     """What this module reads of its engine (:class:`ragpic.RagPic` is one)."""
 
     lm: LoadedModel
-    config: Any  # ragpic.Config: compile_behind, batch_tokens
+    config: Any  # ragpic.Config: compile_behind, batch_tokens, min_chunk_tokens
     store: Any  # ragpic.cache.ChunkStore: contains_many, put_many, get_many
 
 
@@ -90,17 +87,18 @@ def check_in_order(engine: Engine, method: Method, separator: object) -> None:
                           f"nothing but whitespace lies between them")
 
 
-def compile_in_order(engine: Engine, plan: "CompilePlan", separator: str, *, progress: bool = False) -> int:
-    """Compile and store each text of ``plan`` (one document's chunks, in order) behind the
+def compile_in_order(engine: Engine, texts: Sequence[str], separator: str, *, progress: bool = False) -> int:
+    """Compile and store each of ``texts`` (one document's chunks, in order, checked already as
+    :func:`~ragpic.engine.compile_plan.plan_compile` checks them) behind the
     ``config.compile_behind`` texts before it, where its store lacks that entry; how many were
-    compiled. A text too short to match (``plan.skipped``) is not compiled behind anything.
-    :func:`check_in_order` has passed."""
-    behind, lm, skipped = engine.config.compile_behind, engine.lm, set(plan.skipped)
-    ids = [context_ids(lm.tokenizer, [t]) for t in plan.texts]  # each text tokenized once
+    compiled. A text under ``config.min_chunk_tokens`` (never matched) is not compiled behind
+    anything. :func:`check_in_order` has passed."""
+    behind, lm, texts = engine.config.compile_behind, engine.lm, list(texts)
+    ids = [context_ids(lm.tokenizer, [t]) for t in texts]  # each text tokenized once
     contexts = document_contexts(ids, behind, glue=context_ids(lm.tokenizer, [separator]))
-    todo = [(i, contexts[i]) for i in range(1, len(ids)) if i not in skipped]
-    keys = [chunk_key(lm.fingerprint, plan.texts[i], context_recipe(ctx), lm.dtype) for i, ctx in todo]
-    stored = engine.store.contains_many(keys, texts=[plan.texts[i] for i, _ in todo])
+    todo = [(i, contexts[i]) for i in range(1, len(ids)) if len(ids[i]) >= engine.config.min_chunk_tokens]
+    keys = [chunk_key(lm.fingerprint, texts[i], context_recipe(ctx), lm.dtype) for i, ctx in todo]
+    stored = engine.store.contains_many(keys, texts=[texts[i] for i, _ in todo])
     work = list({k: (i, ctx) for k, (i, ctx), have in zip(keys, todo, stored) if not have}.items())
     if not work:
         return 0
@@ -117,7 +115,7 @@ def compile_in_order(engine: Engine, plan: "CompilePlan", separator: str, *, pro
             except ChunkError as e:
                 where = part[e.index or 0][1][0]
                 raise ChunkError(f"texts[{where}] behind the {behind} texts before it: {e}", where) from e
-            engine.store.put_many({k: (kv.to("cpu"), plan.texts[i]) for (k, (i, _)), kv in zip(part, kvs)},
+            engine.store.put_many({k: (kv.to("cpu"), texts[i]) for (k, (i, _)), kv in zip(part, kvs)},
                                   strict=True)
     finally:
         bar.close()

@@ -179,3 +179,5 @@ def test_cli_checks_tenant_and_timeout_flags(capsys, tmp_path):
     assert main(["serve", "--max-kv-rows", "-1"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and "expected 'NAMESPACE KEY'" in err and "--body-timeout" in err and "--shutdown-grace" in err
+    assert main(["serve", "--compile-behind", "17"]) == 2  # Config's bound, before anything loads
+    assert "--compile-behind: compile_behind must be at most 16" in capsys.readouterr().err
