@@ -74,11 +74,11 @@ def csv_of(kind):
 
 
 def method_name(text: str, *, variants: bool = False, bare_legolink: bool = False) -> str:
-    """An argparse type: a link method (``@prev<m>`` / ``@int8`` / ``@int4`` suffixes allowed when
+    """An argparse type: a link method (``@head`` / ``@prev<m>`` / ``@int8`` / ``@int4`` suffixes allowed when
     ``variants``: :func:`ragpic.core.methods.split_variant`)."""
     method, _, tags = text.strip().partition("@")
     if tags and not variants:
-        raise argparse.ArgumentTypeError(f"{text!r}: '@' variants ('@prev<m>', '@int8', '@int4') are for the "
+        raise argparse.ArgumentTypeError(f"{text!r}: '@' variants ('@head', '@prev<m>', '@int8', '@int4') are for the "
                                          f"evaluations only; give the method alone, e.g. legolink-16")
     if tags:
         try:

@@ -12,6 +12,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ragpic.core.kv_quant import NAMES, KVQuant
 from ragpic.errors import ConfigError
@@ -173,23 +174,38 @@ def parse_method(name: str | Method) -> Method:
     raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")
 
 
-def split_variant(name: str) -> tuple[str, int, str]:
-    """An evaluation's method name -> ``(method, behind, quant)``: ``"legolink-16@prev4@int8"`` ->
-    ``("legolink-16", 4, "int8")``. ``@prev<m>``: each chunk compiled behind the ``m`` chunks
-    before it in the prompt (docs/ARCHITECTURE.md §1.3; 0 when absent); ``@int8`` / ``@int4``: its
-    KV through the store's quantized entry format (``"none"`` when absent). Raises
-    :class:`ConfigError` naming the variant and what to write instead."""
+class Variant(NamedTuple):
+    """An evaluation's method name, split (:func:`split_variant`)."""
+
+    method: str
+    behind: int
+    quant: str
+    head: bool
+
+
+def split_variant(name: str) -> Variant:
+    """An evaluation's method name -> ``(method, behind, quant, head)``: ``"legolink-16@head@prev4@int8"``
+    -> ``("legolink-16", 4, "int8", True)``. ``@head``: each chunk compiled behind the prompt's
+    leading text (its template and instruction, as the first chunk reads it; docs/ARCHITECTURE.md
+    §1.3); ``@prev<m>``: behind the ``m`` chunks before it in the prompt (after the leading text
+    with ``@head``; 0 when absent); ``@int8`` / ``@int4``: its KV through the store's quantized
+    entry format (``"none"`` when absent). Raises :class:`ConfigError` naming the variant and
+    what to write instead."""
     method, *tags = name.strip().split("@")
-    behind, quant = 0, KVQuant.NONE.value
+    behind, quant, head = 0, KVQuant.NONE.value, False
     for tag in tags:
-        if re.fullmatch(r"prev[1-9][0-9]*", tag, re.ASCII) and not behind and quant == KVQuant.NONE:
+        if tag == "head" and not head and not behind and quant == KVQuant.NONE:
+            head = True
+        elif re.fullmatch(r"prev[1-9][0-9]*", tag, re.ASCII) and not behind and quant == KVQuant.NONE:
             behind = int(tag[4:])
         elif tag in NAMES and tag != KVQuant.NONE and quant == KVQuant.NONE:
             quant = tag
         else:
-            raise ConfigError(f"unknown variant {tag!r} in method {name!r}: use '@prev<m>' (chunks compiled "
-                              f"behind the m chunks before them), then '@int8' or '@int4', each at most once")
-    if behind and parse_method(method).recipe != PLAIN:
+            raise ConfigError(f"unknown variant {tag!r} in method {name!r}: use '@head' (chunks compiled behind "
+                              f"the prompt's leading text), '@prev<m>' (behind the m chunks before them), then "
+                              f"'@int8' or '@int4', each at most once and in that order")
+    if (behind or head) and parse_method(method).recipe != PLAIN:
+        tag = "@head" if head else f"@prev{behind}"
         raise ConfigError(f"method {name!r}: {method} links chunks compiled behind dummy tokens, so they cannot "
-                          f"also be compiled behind their document: drop '@prev{behind}'")
-    return method, behind, quant
+                          f"also be compiled behind their prompt's text: drop '{tag}'")
+    return Variant(method, behind, quant, head)

@@ -21,7 +21,7 @@ from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack
 from ragpic.eval.evaluate import MethodRun, against_full, run_methods
 from ragpic.eval.ruler_tasks import TASKS, RulerSample, generate_sample
-from ragpic.eval.variants import compile_for, normalize_methods, prompt_segments
+from ragpic.eval.variants import compile_for, head_ids, normalize_methods, prompt_segments
 
 __all__ = ["DEFAULT_METHODS", "format_table", "pool_results", "run_ruler", "score_answer", "summarize"]
 
@@ -39,7 +39,7 @@ def _run_sample(lm: LoadedModel, sample: RulerSample, methods: Sequence[str], ma
                 progress: Callable[[str], None] | None, where: str, prefix_cache: bool = True) -> dict:
     """Every method on one sample; returns its JSON record (``prefix_cache``: as
     :func:`~ragpic.eval.evaluate.run_methods`)."""
-    kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], methods)
+    kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], methods, head=head_ids(lm.tokenizer, sample.prefix))
     segs = {r: prompt_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
 
     def said(m: str, run: MethodRun) -> None:

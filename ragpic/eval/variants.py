@@ -14,21 +14,26 @@ from ragpic.core.kv_quant import KVQuant
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.methods import split_variant as parse_variant
 from ragpic.core.model import LoadedModel
+from ragpic.errors import ConfigError
 from ragpic.engine.offline import compile_ids, compile_ids_behind, document_contexts, prompt_segments
 
-__all__ = ["DEFAULT_METHODS", "compile_for", "method_of", "normalize_methods", "prompt_segments", "split_variant",
+__all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize_methods", "prompt_segments", "split_variant",
            "store_round_trip", "variant_key"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
 
 
-def split_variant(name: str) -> tuple[str, int, KVQuant]:
-    """``"legolink-16@prev4@int8"`` -> ``("legolink-16", 4, "int8")``: the method, how many of
-    the prompt's chunks before each chunk it was compiled behind (``@prev<m>``, 0: alone;
-    docs/ARCHITECTURE.md §1.3) and the storage quantization its KV went through (``@int8`` /
-    ``@int4``, else ``none``)."""
-    method, behind, quant = parse_variant(name)
-    return method, behind, KVQuant(quant)
+def split_variant(name: str) -> tuple[str, int, KVQuant, bool]:
+    """``"legolink-16@head@prev4@int8"`` -> ``("legolink-16", 4, "int8", True)``: the method, how
+    many of the prompt's chunks before each chunk it was compiled behind (``@prev<m>``, 0: alone;
+    docs/ARCHITECTURE.md §1.3), the storage quantization its KV went through (``@int8`` /
+    ``@int4``, else ``none``) and whether the prompt's leading text came first (``@head``)."""
+    method, behind, quant, head = parse_variant(name)
+    return method, behind, KVQuant(quant), head
+
+
+def _tags(behind: int, quant: str, head: bool) -> str:
+    return ("@head" if head else "") + (f"@prev{behind}" if behind else "") + ("" if quant == "none" else f"@{quant}")
 
 
 def method_of(name: str) -> Method:
@@ -39,9 +44,8 @@ def method_of(name: str) -> Method:
 def variant_key(name: str) -> str:
     """Which compiled KV a method name links: its recipe, plus what it was compiled behind and
     the storage quantization."""
-    method, behind, quant = split_variant(name)
-    return (parse_method(method).recipe + (f"@prev{behind}" if behind else "")
-            + ("" if quant == "none" else f"@{quant}"))
+    method, behind, quant, head = split_variant(name)
+    return parse_method(method).recipe + _tags(behind, quant, head)
 
 
 def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str] = DEFAULT_METHODS) -> list[str]:
@@ -51,37 +55,47 @@ def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str
     the prompt (its document, when the prompt holds one document's chunks in order: RULER's and
     the needle's do), docs/ARCHITECTURE.md §1.3. It may end in ``@int8`` or ``@int4``: the chunks'
     KV then goes through the store's entry format (quantize, encode, decode) before linking, which
-    measures what that storage costs.
+    measures what that storage costs. ``@head`` (before ``@prev<m>``): each chunk is compiled
+    behind the prompt's leading text first, so the first chunk's KV is ``full``'s and every
+    chunk's first rows read the prompt's own first token (APE's shared prefix).
     """
     if isinstance(methods, str):
         methods = [m for m in methods.split(",") if m.strip()]
     names = []
     for m in methods or default:
-        method, behind, quant = split_variant(m.strip())
-        names.append(parse_method(method).name + (f"@prev{behind}" if behind else "")
-                     + ("" if quant == "none" else f"@{quant}"))
+        method, behind, quant, head = split_variant(m.strip())
+        names.append(parse_method(method).name + _tags(behind, quant, head))
     out = ["full"] + [m for m in names if m != "full"]
     return list(dict.fromkeys(out))
 
 
+def head_ids(tokenizer, prefix: str) -> list[int]:
+    """The ids of a prompt's leading text as :func:`prompt_segments` tokenizes it (``@head``'s context)."""
+    return tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+
+
 def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Sequence[str],
-                memo: dict | None = None) -> dict[str, list[ChunkKV]]:
+                memo: dict | None = None, head: Sequence[int] = ()) -> dict[str, list[ChunkKV]]:
     """Compiled KV of every chunk, per variant the methods need (:func:`variant_key`). A
     ``@prev<m>`` variant compiles each chunk behind the ``m`` chunks before it in ``chunk_ids``
-    (which then hold one document's chunks in order, with nothing between them in the prompt).
+    (which then hold one document's chunks in order, with nothing between them in the prompt);
+    ``@head`` behind ``head``, the ids of the prompt's leading text, first.
 
     ``memo`` reuses identical chunks (behind identical chunks, for ``@prev<m>``).
     """
     out = {}
     for variant in dict.fromkeys(variant_key(m).split("@int")[0] for m in methods):
-        recipe, _, prev = variant.partition("@prev")
-        behind = int(prev or 0)
-        contexts = document_contexts(chunk_ids, behind)  # nothing between chunks: no glue
+        recipe, _, prev = variant.replace("@head", "").partition("@prev")
+        behind, lead = int(prev or 0), list(head) if "@head" in variant else []
+        if "@head" in variant and not lead:
+            raise ConfigError(f"method variant {variant!r}: this evaluation's prompts have no leading text to "
+                              f"compile behind: drop '@head'")
+        contexts = [lead + ctx for ctx in document_contexts(chunk_ids, behind)]  # nothing between chunks: no glue
         keys = [(variant, tuple(ctx), tuple(c)) for ctx, c in zip(contexts, chunk_ids)]
         missing = [k for k in dict.fromkeys(keys) if memo is None or k not in memo]
         if missing:
             todo = [list(k[2]) for k in missing]
-            kvs = (compile_ids_behind(lm, todo, [list(k[1]) for k in missing]) if behind
+            kvs = (compile_ids_behind(lm, todo, [list(k[1]) for k in missing]) if behind or lead
                    else compile_ids(lm, todo, recipe))
             found = dict(zip(missing, kvs))
             if memo is not None:

@@ -1,11 +1,13 @@
-"""The evaluations' ``@prev<m>`` variant (docs/ARCHITECTURE.md §1.3): each chunk compiled behind the
-m chunks before it in the prompt, measured side by side with the chunks compiled alone."""
+"""The evaluations' ``@prev<m>`` and ``@head`` variants (docs/ARCHITECTURE.md §1.3): each chunk compiled
+behind the m chunks before it in the prompt, or behind the prompt's leading text, measured side by
+side with the chunks compiled alone."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from ragpic.errors import ConfigError
 from ragpic.eval.variants import compile_for, normalize_methods, variant_key
@@ -31,6 +33,22 @@ def test_compile_for_compiles_each_chunk_behind_the_ones_before():
     assert all(a is b for a, b in zip(again["plain@prev1"], kvs["plain@prev1"]))
 
 
+def test_compile_for_puts_the_leading_text_before_every_chunk():
+    lm = tiny_lm("llama", num_hidden_layers=2)
+    ids = [[5, 6, 7], [8, 9], [10, 11, 12]]
+    methods = normalize_methods("naive@head,naive@head@prev1")
+    assert [variant_key(m) for m in methods] == ["plain", "plain@head", "plain@head@prev1"]
+    kvs = compile_for(lm, ids, methods, {}, head=[3, 4])
+    assert [kv.base_position for kv in kvs["plain@head"]] == [2, 2, 2]
+    assert [kv.base_position for kv in kvs["plain@head@prev1"]] == [2, 5, 4]
+    # the first chunk reads the leading text alone either way; the others read other text
+    assert torch.equal(kvs["plain@head"][0].keys, kvs["plain@head@prev1"][0].keys)
+    assert kvs["plain@head"][0].recipe != "plain" and not torch.equal(kvs["plain@head"][1].keys,
+                                                                      kvs["plain@head@prev1"][1].keys)
+    with pytest.raises(ConfigError, match="no leading text"):
+        compile_for(lm, ids, ["naive@head"])
+
+
 def test_the_qa_evaluation_refuses_it_its_passages_are_not_one_document(tmp_path):
     from ragpic.eval.evaluate import evaluate_qa
 
@@ -46,7 +64,8 @@ def test_cli_ruler_runs_it_beside_the_chunks_alone(tmp_path, capsys):
     model_dir = saved_tiny_model(tmp_path / "tiny-model")
     out = tmp_path / "ruler.json"
     rc = main(["eval", "ruler", "--model", str(model_dir), "--device", "cpu", "--tasks", "niah_single",
-               "--lengths", "700", "--samples", "1", "--chunk-tokens", "128", "--methods", "naive,naive@prev8",
+               "--lengths", "700", "--samples", "1", "--chunk-tokens", "128",
+               "--methods", "naive,naive@prev8,naive@head@prev8",
                "--max-new-tokens", "3", "--json", str(out)])
     assert rc == 0, capsys.readouterr().err
     rec = json.loads(out.read_text())["samples"][0]
@@ -54,6 +73,9 @@ def test_cli_ruler_runs_it_beside_the_chunks_alone(tmp_path, capsys):
     assert rec["chunks"] > 2 and behind["recomputed_tokens"] == naive["recomputed_tokens"]  # the same rows linked
     # chunks that read the chunks before them are nearer full than chunks compiled alone
     assert behind["tf_kl_vs_full"] < naive["tf_kl_vs_full"]
+    # behind the leading text and every chunk before it, each chunk's KV is full's: only rounding is left
+    exact = rec["methods"]["naive@head@prev8"]
+    assert exact["answer"] == rec["methods"]["full"]["answer"] and exact["tf_kl_vs_full"] < 1e-5
     capsys.readouterr()
     assert main(["eval", "ruler", "--methods", "legolink-0@prev2"]) == 2
     assert "drop '@prev2'" in capsys.readouterr().err
