@@ -12,6 +12,8 @@ from ragpic.checks import check_number
 from ragpic.cli.eval import _check_common, _load, _progress, _write_json, add_model_args, add_prefix_arg
 from ragpic.cli.ruler import TASK_NAMES, _task_list
 from ragpic.cmdline import at_least, csv_of, method_list
+from ragpic.config import Config
+from ragpic.core.methods import split_variant
 from ragpic.errors import ConfigError, UsageError
 
 DESCRIPTION = """Measure, once per model, how much of full's accuracy each link recipe keeps and
@@ -26,7 +28,12 @@ is written beside the converted models, keyed by the model's fingerprint (its we
 weight format, dtype and tokenizer: load the model the same way to use it), and
 Config(method="auto", fidelity=0.97) then links with the fastest recipe that keeps the
 fidelity on every task full can do (full scores >= 0.5 there). The table printed at the end
-shows what auto picks. About 9 minutes for Qwen2.5-Coder-0.5B's GGUF on 2 CPU cores with
+shows what auto picks.
+
+--compile-behind M also runs every recipe on the RULER prompts' chunks compiled behind the M
+chunks before them (rows named <recipe>@prevM), as a store compiled with Config(compile_behind=M)
+or `ragpic compile --compile-behind M` holds them; auto then links a prompt that takes most of
+its chunks from such entries with the fastest of those rows that keeps the fidelity. About 9 minutes for Qwen2.5-Coder-0.5B's GGUF on 2 CPU cores with
 native bf16 (AVX512_BF16), about 19 in fp32 on AVX2."""
 
 DEFAULT_RECIPES = "legolink-16,qr-3-k4-h1-w-s,qr-4-k4-h1-w-s,qp-10,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
@@ -54,6 +61,8 @@ def add_parser(sub) -> None:
                    help="bundled MuSiQue questions in the set (default: 8; 0: none)")
     p.add_argument("--fidelity", type=_fidelity, default=0.97,
                    help="the share of full's score the table's 'auto picks' line holds recipes to (default: 0.97)")
+    p.add_argument("--compile-behind", type=at_least(0), default=0, metavar="M",
+                   help="also calibrate each recipe on chunks compiled behind the M before them (default: 0, not)")
     p.add_argument("--dir", default=None, metavar="FOLDER",
                    help="where calibrations live (default: the ragpic cache folder, where auto looks)")
     add_model_args(p)
@@ -65,6 +74,14 @@ def check_calibrate(args) -> None:
     _check_common(args)
     if not args.recipes or all(r.lower() == "full" for r in args.recipes):
         raise UsageError("--recipes: list at least one method other than full (full is always run, as the reference)")
+    if args.compile_behind:
+        try:
+            Config(compile_behind=args.compile_behind)  # its bound, in its words
+            for r in args.recipes:
+                if r.lower() != "full":
+                    split_variant(f"{r}@prev{args.compile_behind}")
+        except ConfigError as e:
+            raise UsageError(f"--compile-behind: {e}") from None
 
 
 def cmd_calibrate(args) -> int:
@@ -73,7 +90,8 @@ def cmd_calibrate(args) -> int:
 
     lm = _load(args)
     cal = run_calibration(lm, recipes=args.recipes, tasks=args.tasks, lengths=args.lengths, samples=args.samples,
-                          musique=args.musique, progress=_progress(args), prefix_cache=args.prefix_cache)
+                          musique=args.musique, progress=_progress(args), prefix_cache=args.prefix_cache,
+                          behind=args.compile_behind)
     print(format_calibration(cal, args.fidelity))
     path = save_calibration(cal, args.dir)
     print(f"wrote {path}", file=sys.stderr)

@@ -12,6 +12,12 @@ read as data and checked field by field; it lives beside the converted models
 least ``fidelity`` on every task ``full`` can do (``full`` scores >= :data:`CAN_DO` there);
 when none is, the most faithful one (the highest worst-task share), and says so. Without a
 calibration, ``auto`` is :data:`FALLBACK`, also said once.
+
+A calibration run with ``--compile-behind m`` also holds each recipe linking chunks compiled
+behind the ``m`` chunks before them (``qr-2-k4-h1-w-s@prev4``, measured on the RULER prompts,
+whose chunks are one document in order). Those KV are nearer ``full``'s, so fewer recomputed
+rows keep the same share (docs/RESULTS.md §31-§32): ``choose(..., behind=True)`` picks among
+them, for the requests that link most of their chunks from such entries (docs/ARCHITECTURE.md §4.9).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ragpic.core.methods import Method, parse_method
+from ragpic.core.methods import Method, parse_method, split_variant
 from ragpic.errors import ConfigError
 from ragpic.paths import cache_dir
 
@@ -42,12 +48,23 @@ VERSION = 1
 @dataclass(slots=True, frozen=True)
 class RecipeScore:
     """One recipe's calibration: ``shares[task]`` = its mean score / ``full``'s on that task
-    (``None`` where ``full`` scored 0), ``speedup`` = the median over prompts of ``full``'s link
-    time / the recipe's."""
+    (``None`` where ``full`` scored 0; absent where the recipe was not run on it), ``speedup`` =
+    the median over prompts of ``full``'s link time / the recipe's. ``method`` may end in
+    ``@prev<m>``: the recipe on chunks compiled behind the ``m`` before them."""
 
     method: str
     shares: dict[str, float | None]
     speedup: float
+
+    @property
+    def behind(self) -> int:
+        """How many chunks before each chunk its KV was compiled behind (0: alone)."""
+        return split_variant(self.method).behind
+
+    @property
+    def link_method(self) -> Method:
+        """The link method itself (its ``@prev<m>`` dropped)."""
+        return parse_method(split_variant(self.method).method)
 
 
 @dataclass(slots=True, frozen=True)
@@ -65,8 +82,8 @@ class Calibration:
         return [t for t, s in self.full_scores.items() if s >= CAN_DO]
 
     def worst_share(self, recipe: RecipeScore) -> float:
-        """The recipe's lowest share over the tasks ``full`` can do (1.0 when there are none)."""
-        shares = [recipe.shares.get(t) for t in self.tasks_full_can_do()]
+        """The recipe's lowest share over the tasks ``full`` can do that it ran (1.0 when there are none)."""
+        shares = [recipe.shares[t] for t in self.tasks_full_can_do() if t in recipe.shares]
         return min((s if s is not None else 0.0 for s in shares), default=1.0)
 
 
@@ -113,7 +130,10 @@ def _parse(raw, fingerprint: str) -> Calibration:
     for i, r in enumerate(raw.get("recipes") or []):
         if not isinstance(r, dict) or not isinstance(r.get("shares"), dict):
             raise ValueError(f"recipes[{i}] must be an object with shares")
-        method = parse_method(str(r.get("method"))).name  # a ConfigError (a ValueError) names the bad one
+        method, behind, quant, head = split_variant(str(r.get("method")))  # a ConfigError (a ValueError) names it
+        if quant != "none" or head:
+            raise ValueError(f"recipes[{i}].method {r.get('method')!r}: a calibration holds '@prev<m>' variants only")
+        method = parse_method(method).name + (f"@prev{behind}" if behind else "")
         shares = {str(t): None if s is None else _number(s, f"recipes[{i}].shares[{t!r}]") for t, s in r["shares"].items()}
         recipes.append(RecipeScore(method, shares, _number(r.get("speedup"), f"recipes[{i}].speedup")))
     if not recipes:
@@ -140,27 +160,32 @@ def load_calibration(fingerprint: str, root: str | Path | None = None) -> Calibr
                           "again, or delete the file to use auto's fallback") from None
 
 
-def choose(cal: Calibration | None, fidelity: float, *, probe_runs: bool = True) -> Choice:
+def choose(cal: Calibration | None, fidelity: float, *, probe_runs: bool = True, behind: bool = False) -> Choice:
     """The recipe ``auto`` links with for ``fidelity`` (a share of ``full``, in (0, 1]).
 
     ``probe_runs``: whether the model runs ragpic's attention function; without it the recipes
     that read the question's attention (:attr:`Method.reads_attention`) are skipped.
+    ``behind``: choose for a prompt whose chunks were compiled behind the chunks before them,
+    among the calibration's ``@prev<m>`` rows; without any, as for chunks compiled alone.
     """
     if cal is None:
         return Choice(parse_method(FALLBACK), f"auto: this model has no calibration, so it links with "
                       f"{FALLBACK} (run `ragpic calibrate` to choose per model)", calibrated=False)
-    usable = [r for r in cal.recipes if probe_runs or not parse_method(r.method).reads_attention]
+    runnable = [r for r in cal.recipes if probe_runs or not r.link_method.reads_attention]
+    usable, who = [r for r in runnable if r.behind] if behind else [], "auto (chunks compiled behind the ones before)"
+    if not usable:
+        usable, who = [r for r in runnable if not r.behind], "auto"
     if not usable:
         return Choice(parse_method(FALLBACK), f"auto: no calibrated recipe runs on this model, so it links "
                       f"with {FALLBACK}", calibrated=False)
     keep = [r for r in usable if cal.worst_share(r) >= fidelity]
     if keep:
         best = max(keep, key=lambda r: r.speedup)
-        why = (f"auto: {best.method} is the fastest calibrated recipe keeping {fidelity:.0%} of full's score "
+        why = (f"{who}: {best.method} is the fastest calibrated recipe keeping {fidelity:.0%} of full's score "
                f"on every task full can do (worst task {cal.worst_share(best):.0%}, {best.speedup:.1f}x)")
     else:
         best = max(usable, key=lambda r: (cal.worst_share(r), r.speedup))
-        why = (f"auto: no calibrated recipe keeps {fidelity:.0%} of full's score on every task full can do; "
+        why = (f"{who}: no calibrated recipe keeps {fidelity:.0%} of full's score on every task full can do; "
                f"{best.method} comes closest (worst task {cal.worst_share(best):.0%}, {best.speedup:.1f}x); "
                "pass method='full' where the answer must be full's, or a lower fidelity")
-    return Choice(parse_method(best.method), why, calibrated=True)
+    return Choice(best.link_method, why, calibrated=True)

@@ -58,7 +58,7 @@ class RagPic:
         # stalled store cannot block others and concurrent streams interleave token by token.
         self._step = threading.Lock()
         self._pool = SlabPool()  # linked-cache memory, reused from one request to the next
-        self._auto: Choice | None = None  # what method="auto" resolved to, on first use
+        self._auto: dict[bool, Choice] = {}  # what method="auto" resolved to, per chunks-behind, on first use
         self._auto_lock = threading.Lock()
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype,
                                    weights=self.config.weights, hold_dense=self.config.hold_dense)
@@ -107,15 +107,17 @@ class RagPic:
         m = method if isinstance(method, Method) else parse_method(method or self.config.method)
         return self.auto_choice().method if m.kind == "auto" else m
 
-    def auto_choice(self) -> Choice:
+    def auto_choice(self, behind: bool = False) -> Choice:
         """What ``auto`` links with on this model at ``config.fidelity``: resolved from the model's
-        calibration on first use and logged once (WARNING when uncalibrated, else INFO)."""
+        calibration on first use and logged once (WARNING when uncalibrated, else INFO).
+        ``behind``: for a prompt that links most of its chunks from entries compiled behind the
+        chunks before them (:func:`~ragpic.engine.calibration.choose`)."""
         with self._auto_lock:
-            if self._auto is None:
-                self._auto = choose(load_calibration(self.lm.fingerprint), self.config.fidelity,
-                                    probe_runs=uses_banded_attention(self.lm.model))
-                log.log(logging.INFO if self._auto.calibrated else logging.WARNING, "%s", self._auto.reason)
-            return self._auto
+            if behind not in self._auto:
+                choice = self._auto[behind] = choose(load_calibration(self.lm.fingerprint), self.config.fidelity,
+                                                     probe_runs=uses_banded_attention(self.lm.model), behind=behind)
+                log.log(logging.INFO if choice.calibrated else logging.WARNING, "%s", choice.reason)
+            return self._auto[behind]
 
     def chunk_key(self, text: str, method: str | Method | None = None) -> str:
         from ragpic.cache import chunk_key
@@ -243,7 +245,8 @@ class RagPic:
         salt: a server passes each namespace's name, :mod:`ragpic.engine.prefix`).
         """
         arrived = time.perf_counter() if arrived is None else arrived
-        m = self.method_of(method)
+        asked = method if isinstance(method, Method) else parse_method(method or self.config.method)
+        m = self.method_of(asked)
         params = self.sampling(**sampling)
         if isinstance(prompt, str):
             check_text("prompt", prompt)
@@ -251,6 +254,10 @@ class RagPic:
         else:
             text = self.format_chat(check_messages(prompt))
         segs, stats = self.segments(text, hints, m, mine=mine, compile_missing=compile_missing)
+        if asked.kind == "auto" and stats.behind and 2 * stats.behind >= stats.matched:
+            # most chunks read the chunks before them: fewer recomputed rows keep the same share
+            # of full's score (ARCHITECTURE §4.9); the segments are the same, only the link differs
+            m = self.auto_choice(behind=True).method
         n = sum(s.num_tokens for s in segs)
         if max_prompt_tokens is not None and n > max_prompt_tokens:
             raise ContextOverflowError(f"the prompt has {n} tokens, more than this server's limit of "

@@ -9,6 +9,12 @@ RULER's (share of expected values found) or MuSiQue's gold F1; a recipe's share 
 over the task's prompts divided by ``full``'s. The result is written beside the converted
 models, keyed by the model's fingerprint (:func:`ragpic.engine.calibration.save_calibration`),
 where ``Config(method="auto")`` finds it.
+
+With ``behind=m`` each recipe also runs as ``<recipe>@prev<m>`` on the RULER prompts (one
+document each, its chunks in order: each compiled behind the ``m`` before it, as
+``Config(compile_behind=m)`` stores them); MuSiQue's passages are separate articles, so those
+rows have no MuSiQue share. ``auto`` picks among them for the prompts that link their chunks
+from such entries (:func:`ragpic.engine.calibration.choose`).
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
                     tasks: Sequence[str] | None = None, lengths: Sequence[int] = (2048,), samples: int = 2,
                     musique: int = 8, seed: int = CALIBRATION_SEED, qa: Sequence[QAExample] | None = None,
                     max_new_tokens: int | None = None, chunk_tokens: int = 512, passage_tokens: int | None = 192,
-                    progress: Callable[[str], None] | None = None, prefix_cache: bool = True) -> Calibration:
+                    progress: Callable[[str], None] | None = None, prefix_cache: bool = True,
+                    behind: int = 0) -> Calibration:
     """Run the calibration set with ``full`` and every recipe; returns the :class:`Calibration`.
 
     ``musique``: how many of the bundled MuSiQue questions (0: none); ``qa``: other QA examples
@@ -56,8 +63,10 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     this many tokens (192: the documented ``ragpic eval`` run's ~2k-token prompts; ``None``: whole,
     ~6k tokens and 3x the time); ``prefix_cache``: the recipes link each prompt's leading text
     from ``full``'s rows, as the engine does by default, so the speed-ups are the engine's.
+    ``behind``: also run every recipe on chunks compiled behind this many before them (0: not).
     """
-    methods = normalize_methods(recipes, ())  # canonical names, full first: run_ruler's keys
+    alone = normalize_methods(recipes, ())  # canonical names, full first: run_ruler's keys
+    methods = alone + [f"{m}@prev{behind}" for m in alone[1:] if behind]
     recipes = methods[1:]
     tasks = list(tasks or TASKS)
     ruler = run_ruler(lm, default_haystack(), tasks=tasks, lengths=lengths, samples=samples, seed=seed,
@@ -68,19 +77,20 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     times = {m: [r["methods"][m]["ttft_s"] for r in ruler["samples"]] for m in methods}
     examples = qa if qa is not None else load_qa(default_dataset(), limit=musique) if musique else []
     if examples:
-        report = evaluate_qa(lm, examples, methods, passage_tokens=passage_tokens, progress=progress,
+        report = evaluate_qa(lm, examples, alone, passage_tokens=passage_tokens, progress=progress,
                              prefix_cache=prefix_cache,
                              **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}))
         name = "qa" if qa is not None else "musique"
-        scores[name] = {m: [q["methods"][m]["f1"] for q in report.questions] for m in methods}
-        for m in methods:
+        scores[name] = {m: [q["methods"][m]["f1"] for q in report.questions] for m in alone}
+        for m in alone:
             times[m] += [q["methods"][m]["ttft_s"] for q in report.questions]
     speedup = {m: scoring.median([f / t for f, t in zip(times["full"], times[m])]) for m in recipes}
     return Calibration(
         fingerprint=lm.fingerprint, model=lm.name,
         full_scores={t: scoring.mean(s["full"]) for t, s in scores.items()},
-        recipes=[RecipeScore(m, {t: _shares(s["full"], s[m]) for t, s in scores.items()}, speedup[m]) for m in recipes],
-        setup={"seed": seed, "tasks": tasks, "lengths": list(lengths), "samples": samples,
+        recipes=[RecipeScore(m, {t: _shares(s["full"], s[m]) for t, s in scores.items() if m in s}, speedup[m])
+                 for m in recipes],
+        setup={"seed": seed, "tasks": tasks, "lengths": list(lengths), "samples": samples, "behind": behind,
                "qa": len(examples), "qa_set": "given" if qa is not None else "musique", "passage_tokens": passage_tokens,
                "dtype": str(lm.dtype), "device": str(lm.device), "prefix_cache": prefix_cache},
     )
@@ -91,12 +101,17 @@ def format_calibration(cal: Calibration, fidelity: float) -> str:
     then what ``auto`` picks at ``fidelity``."""
     tasks = list(cal.full_scores)
     can = set(cal.tasks_full_can_do())
-    head = f"{'recipe':<16}" + "".join(f"{t + ('*' if t in can else ''):>17}" for t in tasks) + f"{'worst*':>8}{'speed-up':>10}"
+    w = max(16, *(len(r.method) + 2 for r in cal.recipes))
+    head = (f"{'recipe':<{w}}" + "".join(f"{t + ('*' if t in can else ''):>17}" for t in tasks)
+            + f"{'worst*':>8}{'speed-up':>10}")
     lines = [head, "-" * len(head),
-             f"{'full (score)':<16}" + "".join(f"{cal.full_scores[t]:>17.2f}" for t in tasks) + f"{'':>8}{1.0:>9.1f}x"]
+             f"{'full (score)':<{w}}" + "".join(f"{cal.full_scores[t]:>17.2f}" for t in tasks) + f"{'':>8}{1.0:>9.1f}x"]
     for r in cal.recipes:
-        cells = "".join(f"{'-' if r.shares.get(t) is None else format(r.shares[t], '.0%'):>17}" for t in tasks)
-        lines.append(f"{r.method:<16}{cells}{cal.worst_share(r):>8.0%}{r.speedup:>9.1f}x")
+        cells = "".join(f"{'' if t not in r.shares else '-' if r.shares[t] is None else format(r.shares[t], '.0%'):>17}"
+                        for t in tasks)
+        lines.append(f"{r.method:<{w}}{cells}{cal.worst_share(r):>8.0%}{r.speedup:>9.1f}x")
     lines += ["-" * len(head), "* a task full can do (full scores >= 0.5 there): the shares auto is held to",
               choose(cal, fidelity).reason + f" [fidelity {fidelity}]"]
+    if any(r.behind for r in cal.recipes):
+        lines.append(choose(cal, fidelity, behind=True).reason + f" [fidelity {fidelity}]")
     return "\n".join(lines)

@@ -57,7 +57,9 @@ def test_a_calibration_round_trips_and_is_read_as_checked_data(tmp_path):
                        ({**raw, "version": 99}, "version-1"),
                        ({**raw, "recipes": [{**raw["recipes"][0], "method": "__import__('os')"}]}, "unknown link method"),
                        ({**raw, "recipes": [{**raw["recipes"][0], "speedup": "fast"}]}, "recipes[0].speedup"),
-                       ({**raw, "recipes": []}, "no recipes")]:
+                       ({**raw, "recipes": []}, "no recipes"),
+                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "qp-10@int8"}]}, "'@prev<m>' variants only"),
+                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "legolink-0@prev2"}]}, "drop '@prev2'")]:
         path.write_text(json.dumps(bad))
         with pytest.raises(ConfigError, match="ragpic calibrate") as err:
             load_calibration(FP, tmp_path)
@@ -118,3 +120,45 @@ def test_auto_links_with_the_models_calibrated_choice(tmp_path, home, caplog):
     assert engine.chunk_key(PASSAGES[0], "auto") == engine.chunk_key(PASSAGES[0], "qp-10")
     strict = _engine(tmp_path, method="auto", fidelity=1.0)  # only qr-10 keeps 100%: slower, chosen
     assert strict.method_of().name == "qr-10"
+
+
+def behind_calibration(fp: str = FP) -> Calibration:
+    """``calibration()`` plus two recipes on chunks compiled behind two: legolink-16@prev2 keeps
+    98% at 20x (no task measured where it was not run: the QA task), qp-10@prev2 100% at 8x."""
+    cal = calibration(fp)
+    return Calibration(fp, "tiny", {**cal.full_scores, "qa": 0.8}, cal.recipes + [
+        RecipeScore("legolink-16@prev2", {"vt": 0.98, "niah": 1.0, "cwe": 0.4}, 20.0),
+        RecipeScore("qp-10@prev2", {"vt": 1.0, "niah": 1.0, "cwe": 0.5}, 8.0),
+    ], {"seed": 1, "behind": 2})
+
+
+def test_auto_on_chunks_compiled_behind_picks_among_their_own_rows(tmp_path):
+    cal = behind_calibration()
+    # chunks alone: the @prev rows are not candidates (qp-10 has no qa share: it was not run there)
+    assert choose(cal, 0.97).method.name == "qp-10"
+    picked = choose(cal, 0.97, behind=True)
+    assert picked.method.name == "legolink-16" and "legolink-16@prev2 is the fastest" in picked.reason
+    assert picked.reason.startswith("auto (chunks compiled behind the ones before)")
+    assert choose(cal, 0.99, behind=True).method.name == "qp-10"
+    assert cal.worst_share(cal.recipes[3]) == pytest.approx(0.98)  # qa absent from its shares: not a zero
+    # a calibration without @prev rows answers as for chunks alone
+    assert choose(calibration(), 0.97, behind=True).method.name == "qp-10"
+    assert load_calibration(FP, save_calibration(cal, tmp_path).parent.parent) == cal
+
+
+def test_auto_links_a_prompt_in_document_order_with_the_behind_choice(tmp_path, home):
+    doc = ["the quick brown fox jumps over the lazy dog near the park.",
+           "a needle hides in the haystack near dolores park today.",
+           "answer: eat a sandwich and sit in the sun by the water."]
+    engine = _engine(tmp_path, method="auto", fidelity=0.97, compile_behind=2, kv_quant="none")
+    save_calibration(behind_calibration(engine.lm.fingerprint), home)
+    engine.compile(doc, in_order=True)
+    in_order = "passages:\n" + "\n\n".join(doc) + "\n\nquestion: what is the best thing to do?"
+    g = engine.generate(in_order, hints=doc)
+    assert (g.chunks_behind, g.method) == (2, "legolink-16")
+    assert g.token_ids == engine.generate(in_order, hints=doc, method="legolink-16").token_ids
+    reversed_ = "passages:\n" + "\n\n".join(doc[::-1]) + "\n\nquestion: what is the best thing to do?"
+    r = engine.generate(reversed_, hints=doc)
+    assert (r.chunks_behind, r.method) == (0, "qp-10")  # chunks alone: the plain choice
+    # a method named by the caller is never swapped
+    assert engine.generate(in_order, hints=doc, method="qp-10").method == "qp-10"

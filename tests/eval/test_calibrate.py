@@ -55,3 +55,28 @@ def test_cli_calibrate_writes_where_auto_looks(tmp_path, capsys):
     saved = load_calibration(fp, tmp_path / "c")
     assert [r.method for r in saved.recipes] == ["naive", "legolink-100000"]
     assert json.loads(out.read_text())["fingerprint"] == fp
+
+
+def test_cli_calibrate_compile_behind_adds_each_recipe_on_chunks_compiled_behind(tmp_path, capsys):
+    from tiny import saved_tiny_model
+
+    from ragpic.cli import main
+    from ragpic.core.model import load_model
+
+    model_dir = saved_tiny_model(tmp_path / "tiny-model")
+    rc = main(["calibrate", "--model", str(model_dir), "--device", "cpu", "--tasks", "niah_single", "--lengths", "1024",
+               "--samples", "1", "--musique", "0", "--recipes", "naive,legolink-100000", "--compile-behind", "8",
+               "--dir", str(tmp_path / "c"), "--quiet"])
+    assert rc == 0
+    io = capsys.readouterr()
+    assert "auto (chunks compiled behind the ones before):" in io.out
+    saved = load_calibration(load_model(str(model_dir), device="cpu").fingerprint, tmp_path / "c")
+    assert [r.method for r in saved.recipes] == ["naive", "legolink-100000", "naive@prev8", "legolink-100000@prev8"]
+    assert [r.behind for r in saved.recipes] == [0, 0, 8, 8] and saved.setup["behind"] == 8
+    # the rows on chunks compiled behind are measured on the same RULER tasks
+    naive, behind = saved.recipes[0], saved.recipes[2]
+    assert set(behind.shares) == set(naive.shares) == {"niah_single"}
+    for bad, words in ((["--compile-behind", "17"], "at most 16"), (["--recipes", "legolink-0", "--compile-behind", "2"],
+                                                                    "drop '@prev2'")):
+        assert main(["calibrate", "--model", str(model_dir), *bad]) == 2
+        assert words in capsys.readouterr().err
