@@ -175,37 +175,39 @@ def parse_method(name: str | Method) -> Method:
 
 
 class Variant(NamedTuple):
-    """An evaluation's method name, split (:func:`split_variant`)."""
+    """An evaluation's method name, split (:func:`split_variant`). ``head``: 0, none; -1, the
+    prompt's whole leading text; ``n > 0``, its first ``n`` tokens."""
 
     method: str
     behind: int
     quant: str
-    head: bool
+    head: int
 
 
 def split_variant(name: str) -> Variant:
     """An evaluation's method name -> ``(method, behind, quant, head)``: ``"legolink-16@head@prev4@int8"``
-    -> ``("legolink-16", 4, "int8", True)``. ``@head``: each chunk compiled behind the prompt's
-    leading text (its template and instruction, as the first chunk reads it; docs/ARCHITECTURE.md
-    §1.3); ``@prev<m>``: behind the ``m`` chunks before it in the prompt (after the leading text
-    with ``@head``; 0 when absent); ``@int8`` / ``@int4``: its KV through the store's quantized
-    entry format (``"none"`` when absent). Raises :class:`ConfigError` naming the variant and
-    what to write instead."""
+    -> ``("legolink-16", 4, "int8", -1)``. ``@head``: each chunk compiled behind the prompt's
+    leading text (its template and instruction, as the first chunk reads it; ``@head<n>``: its
+    first ``n`` tokens only; docs/ARCHITECTURE.md §1.3); ``@prev<m>``: behind the ``m`` chunks
+    before it in the prompt (after the leading text with ``@head``; 0 when absent); ``@int8`` /
+    ``@int4``: its KV through the store's quantized entry format (``"none"`` when absent).
+    Raises :class:`ConfigError` naming the variant and what to write instead."""
     method, *tags = name.strip().split("@")
-    behind, quant, head = 0, KVQuant.NONE.value, False
+    behind, quant, head = 0, KVQuant.NONE.value, 0
     for tag in tags:
-        if tag == "head" and not head and not behind and quant == KVQuant.NONE:
-            head = True
+        if re.fullmatch(r"head([1-9][0-9]*)?", tag, re.ASCII) and not head and not behind and quant == KVQuant.NONE:
+            head = int(tag[4:] or -1)
         elif re.fullmatch(r"prev[1-9][0-9]*", tag, re.ASCII) and not behind and quant == KVQuant.NONE:
             behind = int(tag[4:])
         elif tag in NAMES and tag != KVQuant.NONE and quant == KVQuant.NONE:
             quant = tag
         else:
-            raise ConfigError(f"unknown variant {tag!r} in method {name!r}: use '@head' (chunks compiled behind "
-                              f"the prompt's leading text), '@prev<m>' (behind the m chunks before them), then "
-                              f"'@int8' or '@int4', each at most once and in that order")
+            raise ConfigError(f"unknown variant {tag!r} in method {name!r}: use '@head' or '@head<n>' (chunks "
+                              f"compiled behind the prompt's leading text, or its first n tokens), '@prev<m>' "
+                              f"(behind the m chunks before them), then '@int8' or '@int4', each at most once "
+                              f"and in that order")
     if (behind or head) and parse_method(method).recipe != PLAIN:
-        tag = "@head" if head else f"@prev{behind}"
+        tag = f"@head{head if head > 0 else ''}" if head else f"@prev{behind}"
         raise ConfigError(f"method {name!r}: {method} links chunks compiled behind dummy tokens, so they cannot "
                           f"also be compiled behind their prompt's text: drop '{tag}'")
     return Variant(method, behind, quant, head)

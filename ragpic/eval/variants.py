@@ -23,17 +23,19 @@ __all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
 
 
-def split_variant(name: str) -> tuple[str, int, KVQuant, bool]:
-    """``"legolink-16@head@prev4@int8"`` -> ``("legolink-16", 4, "int8", True)``: the method, how
+def split_variant(name: str) -> tuple[str, int, KVQuant, int]:
+    """``"legolink-16@head@prev4@int8"`` -> ``("legolink-16", 4, "int8", -1)``: the method, how
     many of the prompt's chunks before each chunk it was compiled behind (``@prev<m>``, 0: alone;
     docs/ARCHITECTURE.md §1.3), the storage quantization its KV went through (``@int8`` /
-    ``@int4``, else ``none``) and whether the prompt's leading text came first (``@head``)."""
+    ``@int4``, else ``none``) and how much of the prompt's leading text came first (``@head``:
+    -1, all of it; ``@head<n>``: its first ``n`` tokens; 0: none)."""
     method, behind, quant, head = parse_variant(name)
     return method, behind, KVQuant(quant), head
 
 
-def _tags(behind: int, quant: str, head: bool) -> str:
-    return ("@head" if head else "") + (f"@prev{behind}" if behind else "") + ("" if quant == "none" else f"@{quant}")
+def _tags(behind: int, quant: str, head: int) -> str:
+    return ((f"@head{head if head > 0 else ''}" if head else "") + (f"@prev{behind}" if behind else "")
+            + ("" if quant == "none" else f"@{quant}"))
 
 
 def method_of(name: str) -> Method:
@@ -57,7 +59,9 @@ def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str
     KV then goes through the store's entry format (quantize, encode, decode) before linking, which
     measures what that storage costs. ``@head`` (before ``@prev<m>``): each chunk is compiled
     behind the prompt's leading text first, so the first chunk's KV is ``full``'s and every
-    chunk's first rows read the prompt's own first token (APE's shared prefix).
+    chunk reads the prompt's own first token as its attention sink (APE's shared prefix);
+    ``@head<n>``: behind its first ``n`` tokens only (the chat template's opening, the same for
+    every prompt of a model).
     """
     if isinstance(methods, str):
         methods = [m for m in methods.split(",") if m.strip()]
@@ -85,9 +89,11 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
     """
     out = {}
     for variant in dict.fromkeys(variant_key(m).split("@int")[0] for m in methods):
-        recipe, _, prev = variant.replace("@head", "").partition("@prev")
-        behind, lead = int(prev or 0), list(head) if "@head" in variant else []
-        if "@head" in variant and not lead:
+        tags = variant.split("@")
+        recipe, behind = tags[0], next((int(t[4:]) for t in tags if t.startswith("prev")), 0)
+        n = next((int(t[4:] or -1) for t in tags if t.startswith("head")), 0)
+        lead = list(head) if n == -1 else list(head)[:n]
+        if n and not lead:
             raise ConfigError(f"method variant {variant!r}: this evaluation's prompts have no leading text to "
                               f"compile behind: drop '@head'")
         contexts = [lead + ctx for ctx in document_contexts(chunk_ids, behind)]  # nothing between chunks: no glue

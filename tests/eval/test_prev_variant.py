@@ -36,11 +36,12 @@ def test_compile_for_compiles_each_chunk_behind_the_ones_before():
 def test_compile_for_puts_the_leading_text_before_every_chunk():
     lm = tiny_lm("llama", num_hidden_layers=2)
     ids = [[5, 6, 7], [8, 9], [10, 11, 12]]
-    methods = normalize_methods("naive@head,naive@head@prev1")
-    assert [variant_key(m) for m in methods] == ["plain", "plain@head", "plain@head@prev1"]
+    methods = normalize_methods("naive@head,naive@head@prev1,naive@head1@prev1")
+    assert [variant_key(m) for m in methods] == ["plain", "plain@head", "plain@head@prev1", "plain@head1@prev1"]
     kvs = compile_for(lm, ids, methods, {}, head=[3, 4])
     assert [kv.base_position for kv in kvs["plain@head"]] == [2, 2, 2]
     assert [kv.base_position for kv in kvs["plain@head@prev1"]] == [2, 5, 4]
+    assert [kv.base_position for kv in kvs["plain@head1@prev1"]] == [1, 4, 3]  # the leading text's first id only
     # the first chunk reads the leading text alone either way; the others read other text
     assert torch.equal(kvs["plain@head"][0].keys, kvs["plain@head@prev1"][0].keys)
     assert kvs["plain@head"][0].recipe != "plain" and not torch.equal(kvs["plain@head"][1].keys,
