@@ -82,6 +82,17 @@ class Config:
             holds a chunk right after those chunks links that entry instead of the chunk alone:
             its KV has read them (docs/ARCHITECTURE.md §1.3; the 0.5B keeps `full`'s RULER
             score at 4k with 4, docs/RESULTS.md §31). ``0``: off (no extra compile, no extra lookups).
+        compile_head: with ``compile_behind``, what each of those entries reads first, as the
+            prompt's own chunks do (docs/ARCHITECTURE.md §1.3): ``True`` (the default), the chat
+            opening every completion prompt of this engine starts with (the template's start and
+            ``system_prompt``, up to the user's text); a string, that opening and then this text:
+            what the application's prompts put before their first chunk inside the user turn
+            (LlamaIndex's ``"Context information is below.\n---------------------\n"``);
+            ``False``: the chunks before only. The document's first chunk gets an entry behind
+            it too. Such entries link only into prompts whose leading text starts with it. On the
+            0.5B's RULER 4k, ``legolink-16`` on chunks behind four keeps 78% of ``full`` behind
+            the chunks alone, 88% behind the opening and 102% behind the whole leading text
+            (docs/RESULTS.md §33).
     """
 
     model: str | None = None
@@ -105,6 +116,7 @@ class Config:
     batch_tokens: int = 4096
     min_chunk_tokens: int = 16
     compile_behind: int = 0
+    compile_head: bool | str = True
 
     def __post_init__(self) -> None:
         parse_method(self.method)  # raises with the list of valid methods
@@ -120,6 +132,9 @@ class Config:
         check_int("memory_cache_mb", self.memory_cache_mb, minimum=0)
         check_int("prefix_cache_tokens", self.prefix_cache_tokens, minimum=0)
         check_int("compile_behind", self.compile_behind, minimum=0)
+        if not isinstance(self.compile_head, (bool, str)) or self.compile_head == "":
+            raise ConfigError(f"compile_head must be True (the chat opening), False (none) or the text your prompts "
+                              f"put before their first chunk, got {self.compile_head!r}")
         if self.compile_behind > MAX_COMPILE_BEHIND:
             raise ConfigError(f"compile_behind must be at most {MAX_COMPILE_BEHIND}, got {self.compile_behind}: every "
                               f"chunk is looked up behind that many chunks in every prompt")

@@ -62,6 +62,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="also compile each chunk behind the M chunks before it in its document (at most "
                         f"{MAX_COMPILE_BEHIND}; in process, not with --ray): a query engine or server with the same "
                         "compile_behind links them where a prompt holds the chunks in that order")
+    p.add_argument("--compile-head", default=None, metavar="TEXT",
+                   help="with --compile-behind: the text your prompts put before their first chunk, inside the "
+                        "user turn (e.g. LlamaIndex's 'Context information is below.\\n---...\\n'); the entries read "
+                        "the chat opening and then it, and link only into prompts that start so (default: the chat "
+                        "opening alone); the same TEXT for `ragpic compile` and `ragpic serve`")
     p.add_argument("--json", dest="json_out", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run, check=check)
@@ -75,7 +80,7 @@ def _job(args: argparse.Namespace):
         return CompileJob(store=args.store, model=args.model, dtype=args.dtype, weights=args.weights,
                           kv_quant=args.kv_quant, method=args.method, chunker=args.chunker,
                           chunk_tokens=args.chunk_tokens, batch_chunks=args.batch, threads=args.threads or 0,
-                          compile_behind=args.compile_behind)
+                          compile_behind=args.compile_behind, compile_head=args.compile_head)
     except ConfigError as e:
         raise UsageError(str(e)) from None
 

@@ -79,6 +79,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="link a chunk's entry compiled behind the (up to M) chunks before it where a prompt holds "
                         "them in that order, as `ragpic compile --compile-behind M` or RagPic.compile(texts, "
                         f"in_order=True) stored them (at most {MAX_COMPILE_BEHIND}; default 0: off)")
+    p.add_argument("--compile-head", default=None, metavar="TEXT",
+                   help="with --compile-behind: the text your prompts put before their first chunk, inside the "
+                        "user turn (e.g. LlamaIndex's 'Context information is below.\\n---...\\n'); the entries read "
+                        "the chat opening and then it, and link only into prompts that start so (default: the chat "
+                        "opening alone); the same TEXT for `ragpic compile` and `ragpic serve`")
     rows = Config.__dataclass_fields__["prefix_cache_tokens"].default
     p.add_argument("--prefix-cache-tokens", type=at_least(0), default=rows, metavar="N",
                    help="rows of leading prompt text (template, system prompt) whose exact KV is kept for the "
@@ -99,6 +104,11 @@ def check(args: argparse.Namespace) -> None:
         Config(compile_behind=args.compile_behind)
     except ConfigError as exc:
         raise UsageError(f"--compile-behind: {exc}") from None
+    if args.compile_head is not None:
+        try:
+            Config(compile_head=args.compile_head)
+        except ConfigError as exc:
+            raise UsageError(f"--compile-head: {exc}") from None
     need_module("fastapi", "ragpic serve", "serve")
     need_module("uvicorn", "ragpic serve", "serve")
     if args.store:  # the store spec's own rule for its kind (ragpic/cache/backends/kinds.py)
@@ -160,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
                            device=args.device, dtype=args.dtype, weights=args.weights,
                            hold_dense=args.hold_dense, prefix_cache_tokens=args.prefix_cache_tokens,
-                           compile_behind=args.compile_behind))
+                           compile_behind=args.compile_behind,
+                           **({} if args.compile_head is None else {"compile_head": args.compile_head})))
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,
                              max_batch=args.max_batch, max_queue=args.max_queue,
                              max_body_bytes=args.max_body_mb << 20, max_prompt_tokens=args.max_prompt_tokens,

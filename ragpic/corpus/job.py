@@ -35,6 +35,9 @@ class CompileJob:
             its document, each followed by :data:`SEPARATOR` (ARCHITECTURE §1.3); a query engine
             with ``Config(compile_behind=m)`` links those entries where a prompt holds the
             chunks in that order. In process only: a Ray batch may split a document.
+        compile_head: what those entries read first, as ``Config.compile_head`` (``None``: its
+            default, the chat opening; a text: the opening, then the text the application's
+            prompts put before their first chunk); a server links them with the same setting.
     """
 
     store: str
@@ -48,6 +51,7 @@ class CompileJob:
     batch_chunks: int = 32
     threads: int = 0
     compile_behind: int = 0
+    compile_head: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, str) or not self.store.strip() or self.store == "memory":
@@ -64,7 +68,8 @@ class CompileJob:
         """The engine's settings: no hot tier (ingest reads nothing back), no compile on miss."""
         return Config(model=self.model, dtype=self.dtype, weights=self.weights, kv_quant=self.kv_quant,
                       method=self.method, store=self.store, memory_cache_mb=0, store_stats_interval_s=0,
-                      compile_behind=self.compile_behind)
+                      compile_behind=self.compile_behind,
+                      **({} if self.compile_head is None else {"compile_head": self.compile_head}))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -27,7 +27,7 @@ from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, Generat
 from ragpic.engine.calibration import Choice, choose, load_calibration
 from ragpic.engine.compile_plan import compile_and_store, plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
-from ragpic.engine.in_order import check_in_order, compile_in_order, entries_behind
+from ragpic.engine.in_order import check_in_order, compile_in_order, context_ids, entries_behind
 from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.prompting import check_messages, format_chat
 from ragpic.engine.request import LinkedRequest
@@ -59,6 +59,7 @@ class RagPic:
         self._step = threading.Lock()
         self._pool = SlabPool()  # linked-cache memory, reused from one request to the next
         self._auto: dict[bool, Choice] = {}  # what method="auto" resolved to, per chunks-behind, on first use
+        self._head: list[int] | None = None  # compile_head_ids(), on first use
         self._auto_lock = threading.Lock()
         self.lm = lm or load_model(self.config.model, device=self.config.device, dtype=self.config.dtype,
                                    weights=self.config.weights, hold_dense=self.config.hold_dense)
@@ -98,6 +99,22 @@ class RagPic:
         """A completion prompt as one user turn (plus the configured system prompt)."""
         messages = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
         return self.format_chat(messages + [{"role": "user", "content": prompt}])
+
+    def chat_opening(self, text: str = "") -> list[int]:
+        """Ids of what :meth:`format_prompt` puts before the user's prompt (the chat template's
+        start and ``config.system_prompt``; nothing without a template) followed by ``text``,
+        tokenized as one piece, as a prompt's leading text is: what entries compiled in order
+        read first (``config.compile_head``, docs/ARCHITECTURE.md §1.3)."""
+        mark = "\u2063ragpic\u2063"  # in no template: where the user's text starts
+        formatted = self.format_prompt(text + mark)
+        return context_ids(self.lm.tokenizer, [formatted[:formatted.index(mark)] if mark in formatted else text])
+
+    def compile_head_ids(self) -> list[int]:
+        """The ids ``config.compile_head`` names (empty when ``False``), computed once per engine."""
+        if self._head is None:
+            head = self.config.compile_head
+            self._head = [] if head is False else self.chat_opening("" if head is True else head)
+        return self._head
 
     # ----- compile --------------------------------------------------------------------
     def method_of(self, method: str | Method | None = None) -> Method:

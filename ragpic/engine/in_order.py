@@ -12,6 +12,13 @@ engine links the first one its store holds and the plain entry otherwise.
 Both sides tokenize a context piece by piece (each chunk, each separator alone), as a prompt's
 segments are: a chunk compiled behind the prompt's own preceding pieces then holds the KV those
 rows would have in a prompt starting with them.
+
+With ``config.compile_head`` every such context starts with the prompt's leading text as the
+application writes it (:meth:`ragpic.RagPic.compile_head_ids`: the chat opening, the template's
+start and system prompt, by default; then the text the application puts before its first
+chunk, when given), and the document's first chunk is compiled behind it alone: each entry's
+attention sink is then the prompt's own first token and its rows read the instruction, as in
+``full``. A prompt links those entries only when its leading text starts with those ids.
 """
 
 from __future__ import annotations
@@ -29,15 +36,23 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Match
 from ragpic.errors import ChunkError, ConfigError
 
-__all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind"]
+__all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind",
+           "head_of"]
 
 
 class Engine(Protocol):
     """What this module reads of its engine (:class:`ragpic.RagPic` is one)."""
 
     lm: LoadedModel
-    config: Any  # ragpic.Config: compile_behind, batch_tokens, min_chunk_tokens
+    config: Any  # ragpic.Config: compile_behind, compile_head, batch_tokens, min_chunk_tokens
     store: Any  # ragpic.cache.ChunkStore: contains_many, put_many, get_many
+
+    def compile_head_ids(self) -> list[int]: ...
+
+
+def head_of(engine: Engine) -> list[int]:
+    """The ids every context compiled in order starts with (``config.compile_head``; none when off)."""
+    return list(engine.compile_head_ids())
 
 
 def context_ids(tokenizer, pieces: Sequence[str]) -> list[int]:
@@ -45,10 +60,13 @@ def context_ids(tokenizer, pieces: Sequence[str]) -> list[int]:
     return [t for p in pieces if p for t in tokenizer(p, add_special_tokens=False)["input_ids"]]
 
 
-def context_candidates(tokenizer, prompt: str, matches: Sequence[Match], behind: int) -> dict[int, list[str]]:
+def context_candidates(tokenizer, prompt: str, matches: Sequence[Match], behind: int,
+                       head: Sequence[int] = ()) -> dict[int, list[str]]:
     """For each match (by index) with chunks right before it in ``prompt`` (whitespace between
-    them only), the recipes of the entries compiled behind its last ``n`` predecessors and
-    separators, ``n`` from ``min(behind, predecessors)`` down to 1."""
+    them only), the recipes of the entries compiled behind ``head`` and its last ``n``
+    predecessors and separators, ``n`` from ``min(behind, predecessors)`` down to 1; with a
+    ``head``, every match also has the recipe of the entry behind ``head`` alone, last (a
+    document's first chunk is compiled behind it)."""
     out: dict[int, list[str]] = {}
     ids: dict[str, list[int]] = {}  # each distinct piece tokenized once
 
@@ -57,16 +75,18 @@ def context_candidates(tokenizer, prompt: str, matches: Sequence[Match], behind:
             ids[text] = context_ids(tokenizer, [text])
         return ids[text]
 
-    for i in range(1, len(matches)):
+    for i in range(0 if head else 1, len(matches)):
         n = 0
         while (n < min(behind, MAX_BEHIND) and i - n - 1 >= 0
                and not prompt[matches[i - n - 1].end:matches[i - n].start].strip()):
             n += 1
         recipes = []
         for k in range(n, 0, -1):
-            context = [t for j in range(i - k, i)
-                       for t in (*piece(matches[j].text), *piece(prompt[matches[j].end:matches[j + 1].start]))]
+            context = [*head, *(t for j in range(i - k, i)
+                                for t in (*piece(matches[j].text), *piece(prompt[matches[j].end:matches[j + 1].start])))]
             recipes.append(context_recipe(context))
+        if head:
+            recipes.append(context_recipe(list(head)))
         if recipes:
             out[i] = recipes
     return out
@@ -93,10 +113,11 @@ def compile_in_order(engine: Engine, texts: Sequence[str], separator: str, *, pr
     ``config.compile_behind`` texts before it, where its store lacks that entry; how many were
     compiled. A text under ``config.min_chunk_tokens`` (never matched) is not compiled behind
     anything. :func:`check_in_order` has passed."""
-    behind, lm, texts = engine.config.compile_behind, engine.lm, list(texts)
+    behind, lm, texts, head = engine.config.compile_behind, engine.lm, list(texts), head_of(engine)
     ids = [context_ids(lm.tokenizer, [t]) for t in texts]  # each text tokenized once
-    contexts = document_contexts(ids, behind, glue=context_ids(lm.tokenizer, [separator]))
-    todo = [(i, contexts[i]) for i in range(1, len(ids)) if len(ids[i]) >= engine.config.min_chunk_tokens]
+    contexts = [head + c for c in document_contexts(ids, behind, glue=context_ids(lm.tokenizer, [separator]))]
+    todo = [(i, contexts[i]) for i in range(0 if head else 1, len(ids))
+            if len(ids[i]) >= engine.config.min_chunk_tokens]
     keys = [chunk_key(lm.fingerprint, texts[i], context_recipe(ctx), lm.dtype) for i, ctx in todo]
     stored = engine.store.contains_many(keys, texts=[texts[i] for i, _ in todo])
     work = list({k: (i, ctx) for k, (i, ctx), have in zip(keys, todo, stored) if not have}.items())
@@ -127,8 +148,10 @@ def entries_behind(engine: Engine, prompt: str, matches: Sequence[Match],
     """``match index -> (key, KV)`` of the matches whose store holds an entry compiled behind the
     chunks right before them in ``prompt`` (the longest such context); ``mine``: as
     :meth:`ragpic.RagPic.segments`'s, only keys it accepts."""
-    lm = engine.lm
-    candidates = context_candidates(lm.tokenizer, prompt, matches, engine.config.compile_behind)
+    lm, head = engine.lm, head_of(engine)
+    if head and context_ids(lm.tokenizer, [prompt[:matches[0].start]])[:len(head)] != head:
+        return {}  # another opening (a raw prompt, another system prompt): its entries read other text
+    candidates = context_candidates(lm.tokenizer, prompt, matches, engine.config.compile_behind, head)
     keys = {i: [chunk_key(lm.fingerprint, matches[i].text, r, lm.dtype) for r in recipes]
             for i, recipes in candidates.items()}
     wanted = list(dict.fromkeys(k for ks in keys.values() for k in ks if mine is None or mine(k)))

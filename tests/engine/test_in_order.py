@@ -25,9 +25,11 @@ def _prompt(passages, sep="\n\n"):
 
 @pytest.fixture
 def engine(tmp_path):
+    """Contexts of the chunks before only (``compile_head=False``): the chunks' own mechanics."""
     lm = tiny_lm("llama", num_hidden_layers=3)
     lm.model.generation_config.eos_token_id = None
-    return RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=2, kv_quant="none"), lm=lm)
+    return RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=2, kv_quant="none",
+                         compile_head=False), lm=lm)
 
 
 def _recipes(engine, prompt):
@@ -91,3 +93,51 @@ def test_bad_options_are_refused_before_any_work(engine):
     assert engine.compile(DOC) == 4 and engine.compile(DOC, method="legolink-0") == 4
     with pytest.raises(ConfigError, match="compile_behind must be at most 16"):
         Config(compile_behind=17)
+
+
+def test_with_the_chat_opening_every_chunk_reads_the_prompts_own_start(tmp_path):
+    lm = tiny_lm("llama", num_hidden_layers=3)
+    lm.model.generation_config.eos_token_id = None
+    engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=3, kv_quant="none"), lm=lm)
+    opening = engine.chat_opening()
+    assert opening and engine.config.compile_head  # the default
+    assert engine.format_prompt("x").startswith(lm.tokenizer.decode(opening))
+    assert engine.compile(DOC, in_order=True) == 4 + 4  # the first chunk too: behind the opening alone
+    # the document right after the opening: every chunk read exactly what precedes it, so naive is full
+    prompt = "\n\n".join(DOC) + "\n\nquestion: what is the best thing to do?"
+    linked = engine.generate(prompt, hints=DOC, method="naive")
+    assert (linked.chunks_loaded, linked.chunks_behind) == (4, 4)
+    assert linked.token_ids == engine.generate(prompt, hints=DOC, method="full").token_ids
+    segs, _ = engine.segments(engine.format_prompt(prompt), hints=DOC)
+    bases = [s.kv.base_position for s in segs if s.kv is not None]
+    n = [len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in DOC]
+    sep = len(lm.tokenizer("\n\n", add_special_tokens=False)["input_ids"])
+    assert bases == [len(opening), len(opening) + n[0] + sep, len(opening) + n[0] + n[1] + 2 * sep,
+                     len(opening) + n[0] + n[1] + n[2] + 3 * sep]
+    # a prompt that starts otherwise (raw, another system prompt) links every chunk alone
+    recipes = [s.kv.recipe for s in engine.segments(prompt, hints=DOC)[0] if s.kv is not None]
+    assert recipes == [PLAIN] * 4
+    other = engine.format_chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": prompt}])
+    assert [s.kv.recipe for s in engine.segments(other, hints=DOC)[0] if s.kv is not None] == [PLAIN] * 4
+
+
+@pytest.mark.parametrize("head, exact", [("passages:\n", True), ("other words:\n", False)])
+def test_with_the_applications_leading_text_the_document_links_as_full(tmp_path, head, exact):
+    """compile_head="<the text before the first chunk>": each entry reads the whole leading text;
+    a prompt whose leading text is another links the chunks alone."""
+    lm = tiny_lm("llama", num_hidden_layers=3)
+    lm.model.generation_config.eos_token_id = None
+    engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=3, kv_quant="none",
+                           compile_head=head), lm=lm)
+    assert engine.compile_head_ids() == engine.chat_opening(head) != engine.chat_opening()
+    engine.compile(DOC, in_order=True)
+    naive = engine.generate(_prompt(DOC), hints=DOC, method="naive")
+    assert naive.chunks_behind == (4 if exact else 0)
+    if exact:  # every row is full's, up to rounding
+        assert naive.token_ids == engine.generate(_prompt(DOC), hints=DOC, method="full").token_ids
+
+
+def test_compile_head_is_checked():
+    for bad in ("", 1, None):
+        with pytest.raises(ConfigError, match="compile_head must be True"):
+            Config(compile_head=bad)

@@ -181,3 +181,5 @@ def test_cli_checks_tenant_and_timeout_flags(capsys, tmp_path):
     assert "nope" in err and "expected 'NAMESPACE KEY'" in err and "--body-timeout" in err and "--shutdown-grace" in err
     assert main(["serve", "--compile-behind", "17"]) == 2  # Config's bound, before anything loads
     assert "--compile-behind: compile_behind must be at most 16" in capsys.readouterr().err
+    assert main(["serve", "--compile-behind", "2", "--compile-head", ""]) == 2
+    assert "--compile-head: compile_head must be True" in capsys.readouterr().err
