@@ -175,39 +175,42 @@ def parse_method(name: str | Method) -> Method:
 
 
 class Variant(NamedTuple):
-    """An evaluation's method name, split (:func:`split_variant`). ``head``: 0, none; -1, the
-    prompt's whole leading text; ``n > 0``, its first ``n`` tokens."""
+    """An evaluation's method name, split (:func:`split_variant`). ``head``: what each chunk is
+    compiled behind before its chunks: ``""`` nothing, ``"head"`` the prompt's whole leading
+    text, ``"head<n>"`` its first ``n`` tokens, ``"chat"`` its chat opening."""
 
     method: str
     behind: int
     quant: str
-    head: int
+    head: str
 
 
 def split_variant(name: str) -> Variant:
     """An evaluation's method name -> ``(method, behind, quant, head)``: ``"legolink-16@head@prev4@int8"``
-    -> ``("legolink-16", 4, "int8", -1)``. ``@head``: each chunk compiled behind the prompt's
-    leading text (its template and instruction, as the first chunk reads it; ``@head<n>``: its
-    first ``n`` tokens only; docs/ARCHITECTURE.md §1.3); ``@prev<m>``: behind the ``m`` chunks
-    before it in the prompt (after the leading text with ``@head``; 0 when absent); ``@int8`` /
-    ``@int4``: its KV through the store's quantized entry format (``"none"`` when absent).
-    Raises :class:`ConfigError` naming the variant and what to write instead."""
+    -> ``("legolink-16", 4, "int8", "head")``. ``@head``: each chunk compiled behind the prompt's
+    leading text (its template and instruction, as the first chunk reads it); ``@head<n>``: its
+    first ``n`` tokens; ``@chat``: its chat opening (template and system line, as
+    ``Config(compile_head=True)`` compiles; docs/ARCHITECTURE.md §1.3); ``@prev<m>``: behind the
+    ``m`` chunks before it in the prompt (after those; 0 when absent); ``@int8`` / ``@int4``: its
+    KV through the store's quantized entry format (``"none"`` when absent). Raises
+    :class:`ConfigError` naming the variant and what to write instead."""
     method, *tags = name.strip().split("@")
-    behind, quant, head = 0, KVQuant.NONE.value, 0
+    behind, quant, head = 0, KVQuant.NONE.value, ""
     for tag in tags:
-        if re.fullmatch(r"head([1-9][0-9]*)?", tag, re.ASCII) and not head and not behind and quant == KVQuant.NONE:
-            head = int(tag[4:] or -1)
+        if (re.fullmatch(r"head([1-9][0-9]*)?|chat", tag, re.ASCII) and not head and not behind
+                and quant == KVQuant.NONE):
+            head = tag
         elif re.fullmatch(r"prev[1-9][0-9]*", tag, re.ASCII) and not behind and quant == KVQuant.NONE:
             behind = int(tag[4:])
         elif tag in NAMES and tag != KVQuant.NONE and quant == KVQuant.NONE:
             quant = tag
         else:
-            raise ConfigError(f"unknown variant {tag!r} in method {name!r}: use '@head' or '@head<n>' (chunks "
-                              f"compiled behind the prompt's leading text, or its first n tokens), '@prev<m>' "
-                              f"(behind the m chunks before them), then '@int8' or '@int4', each at most once "
-                              f"and in that order")
+            raise ConfigError(f"unknown variant {tag!r} in method {name!r}: use '@head', '@head<n>' or '@chat' "
+                              f"(chunks compiled behind the prompt's leading text, its first n tokens or its chat "
+                              f"opening), '@prev<m>' (behind the m chunks before them), then '@int8' or '@int4', "
+                              f"each at most once and in that order")
     if (behind or head) and parse_method(method).recipe != PLAIN:
-        tag = f"@head{head if head > 0 else ''}" if head else f"@prev{behind}"
+        tag = f"@{head}" if head else f"@prev{behind}"
         raise ConfigError(f"method {name!r}: {method} links chunks compiled behind dummy tokens, so they cannot "
                           f"also be compiled behind their prompt's text: drop '{tag}'")
     return Variant(method, behind, quant, head)

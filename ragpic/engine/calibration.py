@@ -50,7 +50,9 @@ class RecipeScore:
     """One recipe's calibration: ``shares[task]`` = its mean score / ``full``'s on that task
     (``None`` where ``full`` scored 0; absent where the recipe was not run on it), ``speedup`` =
     the median over prompts of ``full``'s link time / the recipe's. ``method`` may end in
-    ``@prev<m>``: the recipe on chunks compiled behind the ``m`` before them."""
+    ``@prev<m>``: the recipe on chunks compiled behind the ``m`` before them (after the prompt's
+    chat opening with ``@chat@prev<m>``, its whole leading text with ``@head@prev<m>``, as
+    ``Config(compile_head)`` compiles them)."""
 
     method: str
     shares: dict[str, float | None]
@@ -63,7 +65,7 @@ class RecipeScore:
 
     @property
     def link_method(self) -> Method:
-        """The link method itself (its ``@prev<m>`` dropped)."""
+        """The link method itself (its ``@`` variants dropped)."""
         return parse_method(split_variant(self.method).method)
 
 
@@ -131,9 +133,10 @@ def _parse(raw, fingerprint: str) -> Calibration:
         if not isinstance(r, dict) or not isinstance(r.get("shares"), dict):
             raise ValueError(f"recipes[{i}] must be an object with shares")
         method, behind, quant, head = split_variant(str(r.get("method")))  # a ConfigError (a ValueError) names it
-        if quant != "none" or head:
-            raise ValueError(f"recipes[{i}].method {r.get('method')!r}: a calibration holds '@prev<m>' variants only")
-        method = parse_method(method).name + (f"@prev{behind}" if behind else "")
+        if quant != "none" or head not in ("", "chat", "head") or head and not behind:
+            raise ValueError(f"recipes[{i}].method {r.get('method')!r}: a calibration holds '@prev<m>' variants "
+                             f"only, each after '@chat' or '@head' or alone")
+        method = parse_method(method).name + (f"@{head}" if head else "") + (f"@prev{behind}" if behind else "")
         shares = {str(t): None if s is None else _number(s, f"recipes[{i}].shares[{t!r}]") for t, s in r["shares"].items()}
         recipes.append(RecipeScore(method, shares, _number(r.get("speedup"), f"recipes[{i}].speedup")))
     if not recipes:

@@ -35,8 +35,8 @@ from ragpic.eval import scoring
 from ragpic.eval.data import GLUE, QA_INSTRUCTION, QAExample, qa_chunk_ids, template_parts
 from ragpic.eval.plots import plot_eval
 from ragpic.errors import ConfigError
-from ragpic.eval.variants import (DEFAULT_METHODS, compile_for, head_ids, method_of, normalize_methods, prompt_segments,
-                                  variant_key)
+from ragpic.eval.variants import (DEFAULT_METHODS, compile_for, head_ids, method_of, normalize_methods, opening_of,
+                                  prompt_segments, variant_key)
 
 __all__ = ["DEFAULT_METHODS", "EvalReport", "compile_for", "evaluate_qa", "format_table", "normalize_methods",
            "plot_eval", "prompt_segments", "qa_segments", "run_method", "run_methods"]
@@ -172,7 +172,8 @@ def qa_segments(lm: LoadedModel, example: QAExample, methods: Sequence[str], *, 
     chunk_ids = qa_chunk_ids(lm.tokenizer, example, chunk_tokens=chunk_tokens, passage_tokens=passage_tokens)
     prefix = before + QA_INSTRUCTION
     t0 = time.perf_counter()
-    kvs = compile_for(lm, chunk_ids, methods, head=head_ids(lm.tokenizer, prefix))
+    kvs = compile_for(lm, chunk_ids, methods, head=head_ids(lm.tokenizer, prefix),
+                      opening=opening_of(lm.tokenizer, prefix, before))
     compile_s = time.perf_counter() - t0
     suffix = f"{GLUE}Question: {example.question}{after}"
     return {recipe: prompt_segments(lm.tokenizer, prefix, kv, suffix, glue=GLUE) for recipe, kv in kvs.items()}, compile_s

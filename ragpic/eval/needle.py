@@ -20,7 +20,7 @@ from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack, template_parts
 from ragpic.eval.evaluate import against_full, run_methods
 from ragpic.eval.plots import plot_heatmaps
-from ragpic.eval.variants import compile_for, head_ids, normalize_methods, prompt_segments
+from ragpic.eval.variants import compile_for, head_ids, normalize_methods, opening_of, prompt_segments
 
 __all__ = ["format_table", "plot_heatmaps", "run_needle"]
 
@@ -113,7 +113,8 @@ def run_needle(lm: LoadedModel, haystack_dir: str | Path, *, lengths: Sequence[i
                 if over <= 0:
                     break
                 slack += over + 8
-            kvs = compile_for(lm, ids, methods, memo, head=head_ids(tok, prefix))
+            kvs = compile_for(lm, ids, methods, memo, head=head_ids(tok, prefix),
+                              opening=opening_of(tok, prefix, template_parts(tok, SYSTEM)[0]))
             segs = {r: prompt_segments(tok, prefix, kv, suffix, glue=None) for r, kv in kvs.items()}
             runs = run_methods(lm, segs, methods, max_new_tokens, prefix_cache=prefix_cache)
             for m, r in runs.items():

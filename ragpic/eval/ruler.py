@@ -18,10 +18,10 @@ from pathlib import Path
 from ragpic.core.model import LoadedModel
 from ragpic.errors import ConfigError
 from ragpic.eval import scoring
-from ragpic.eval.data import load_haystack
+from ragpic.eval.data import load_haystack, template_parts
 from ragpic.eval.evaluate import MethodRun, against_full, run_methods
-from ragpic.eval.ruler_tasks import TASKS, RulerSample, generate_sample
-from ragpic.eval.variants import compile_for, head_ids, normalize_methods, prompt_segments
+from ragpic.eval.ruler_tasks import SYSTEM, TASKS, RulerSample, generate_sample
+from ragpic.eval.variants import compile_for, head_ids, normalize_methods, opening_of, prompt_segments
 
 __all__ = ["DEFAULT_METHODS", "format_table", "pool_results", "run_ruler", "score_answer", "summarize"]
 
@@ -39,7 +39,9 @@ def _run_sample(lm: LoadedModel, sample: RulerSample, methods: Sequence[str], ma
                 progress: Callable[[str], None] | None, where: str, prefix_cache: bool = True) -> dict:
     """Every method on one sample; returns its JSON record (``prefix_cache``: as
     :func:`~ragpic.eval.evaluate.run_methods`)."""
-    kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], methods, head=head_ids(lm.tokenizer, sample.prefix))
+    tok = lm.tokenizer
+    kvs = compile_for(lm, [list(c.ids) for c in sample.chunks], methods, head=head_ids(tok, sample.prefix),
+                      opening=opening_of(tok, sample.prefix, template_parts(tok, SYSTEM)[0]))
     segs = {r: prompt_segments(lm.tokenizer, sample.prefix, kv, sample.suffix, glue=None) for r, kv in kvs.items()}
 
     def said(m: str, run: MethodRun) -> None:

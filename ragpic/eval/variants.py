@@ -17,25 +17,24 @@ from ragpic.core.model import LoadedModel
 from ragpic.errors import ConfigError
 from ragpic.engine.offline import compile_ids, compile_ids_behind, document_contexts, prompt_segments
 
-__all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize_methods", "prompt_segments", "split_variant",
-           "store_round_trip", "variant_key"]
+__all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize_methods", "opening_of", "prompt_segments",
+           "split_variant", "store_round_trip", "variant_key"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
 
 
-def split_variant(name: str) -> tuple[str, int, KVQuant, int]:
-    """``"legolink-16@head@prev4@int8"`` -> ``("legolink-16", 4, "int8", -1)``: the method, how
+def split_variant(name: str) -> tuple[str, int, KVQuant, str]:
+    """``"legolink-16@head@prev4@int8"`` -> ``("legolink-16", 4, "int8", "head")``: the method, how
     many of the prompt's chunks before each chunk it was compiled behind (``@prev<m>``, 0: alone;
     docs/ARCHITECTURE.md §1.3), the storage quantization its KV went through (``@int8`` /
-    ``@int4``, else ``none``) and how much of the prompt's leading text came first (``@head``:
-    -1, all of it; ``@head<n>``: its first ``n`` tokens; 0: none)."""
+    ``@int4``, else ``none``) and how much of the prompt's leading text came first (``"head"``:
+    all of it; ``"head<n>"``: its first ``n`` tokens; ``"chat"``: its chat opening; ``""``: none)."""
     method, behind, quant, head = parse_variant(name)
     return method, behind, KVQuant(quant), head
 
 
-def _tags(behind: int, quant: str, head: int) -> str:
-    return ((f"@head{head if head > 0 else ''}" if head else "") + (f"@prev{behind}" if behind else "")
-            + ("" if quant == "none" else f"@{quant}"))
+def _tags(behind: int, quant: str, head: str) -> str:
+    return (f"@{head}" if head else "") + (f"@prev{behind}" if behind else "") + ("" if quant == "none" else f"@{quant}")
 
 
 def method_of(name: str) -> Method:
@@ -60,8 +59,8 @@ def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str
     measures what that storage costs. ``@head`` (before ``@prev<m>``): each chunk is compiled
     behind the prompt's leading text first, so the first chunk's KV is ``full``'s and every
     chunk reads the prompt's own first token as its attention sink (APE's shared prefix);
-    ``@head<n>``: behind its first ``n`` tokens only (the chat template's opening, the same for
-    every prompt of a model).
+    ``@head<n>``: behind its first ``n`` tokens only; ``@chat``: behind its chat opening (the
+    template's start and system line, as ``Config(compile_head=True)`` compiles in order).
     """
     if isinstance(methods, str):
         methods = [m for m in methods.split(",") if m.strip()]
@@ -78,12 +77,20 @@ def head_ids(tokenizer, prefix: str) -> list[int]:
     return tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
 
 
+def opening_of(tokenizer, prefix: str, before: str) -> int:
+    """How many of the ids of ``prefix`` (a prompt's leading text) are those of ``before``, its
+    chat opening (:func:`ragpic.eval.data.template_parts`), tokenized on its own: ``@chat``'s."""
+    a, b = head_ids(tokenizer, prefix), head_ids(tokenizer, before)
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Sequence[str],
-                memo: dict | None = None, head: Sequence[int] = ()) -> dict[str, list[ChunkKV]]:
+                memo: dict | None = None, head: Sequence[int] = (), opening: int = 0) -> dict[str, list[ChunkKV]]:
     """Compiled KV of every chunk, per variant the methods need (:func:`variant_key`). A
     ``@prev<m>`` variant compiles each chunk behind the ``m`` chunks before it in ``chunk_ids``
     (which then hold one document's chunks in order, with nothing between them in the prompt);
-    ``@head`` behind ``head``, the ids of the prompt's leading text, first.
+    ``@head`` behind ``head``, the ids of the prompt's leading text, first; ``@chat`` behind its
+    first ``opening`` ids (its chat opening: :func:`opening_of`).
 
     ``memo`` reuses identical chunks (behind identical chunks, for ``@prev<m>``).
     """
@@ -91,11 +98,14 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
     for variant in dict.fromkeys(variant_key(m).split("@int")[0] for m in methods):
         tags = variant.split("@")
         recipe, behind = tags[0], next((int(t[4:]) for t in tags if t.startswith("prev")), 0)
-        n = next((int(t[4:] or -1) for t in tags if t.startswith("head")), 0)
-        lead = list(head) if n == -1 else list(head)[:n]
-        if n and not lead:
+        tag = next((t for t in tags if t.startswith(("head", "chat"))), "")
+        if tag == "chat":
+            lead = list(head)[:opening]
+        else:
+            lead = list(head)[:int(tag[4:]) if tag[4:] else len(head)] if tag else []
+        if tag and not lead:
             raise ConfigError(f"method variant {variant!r}: this evaluation's prompts have no leading text to "
-                              f"compile behind: drop '@head'")
+                              f"compile behind: drop '@{tag}'")
         contexts = [lead + ctx for ctx in document_contexts(chunk_ids, behind)]  # nothing between chunks: no glue
         keys = [(variant, tuple(ctx), tuple(c)) for ctx, c in zip(contexts, chunk_ids)]
         missing = [k for k in dict.fromkeys(keys) if memo is None or k not in memo]

@@ -86,12 +86,14 @@ def test_a_method_on_dummy_tokens_refuses_a_chunk_compiled_behind_context():
 
 
 def test_evaluation_variants_parse():
-    assert split_variant("qr-4-k4-h2-w-s@prev4@int8") == ("qr-4-k4-h2-w-s", 4, "int8", 0)
-    assert split_variant("legolink-16") == ("legolink-16", 0, "none", 0)
-    assert split_variant("naive@head@prev2") == ("naive", 2, "none", -1)
-    assert split_variant("naive@head3@int8") == ("naive", 0, "int8", 3)
+    assert split_variant("qr-4-k4-h2-w-s@prev4@int8") == ("qr-4-k4-h2-w-s", 4, "int8", "")
+    assert split_variant("legolink-16") == ("legolink-16", 0, "none", "")
+    assert split_variant("naive@head@prev2") == ("naive", 2, "none", "head")
+    assert split_variant("naive@head3@int8") == ("naive", 0, "int8", "head3")
+    assert split_variant("naive@chat@prev4") == ("naive", 4, "none", "chat")
     for bad, match in (("legolink-16@int8@prev4", "unknown variant 'prev4'"), ("naive@prev0", "unknown variant"),
                        ("naive@prev2@prev3", "at most once"), ("legolink-0@prev2", "drop '@prev2'"),
-                       ("naive@prev2@head", "in that order"), ("legolink-0@head", "drop '@head'"), ("naive@head0", "unknown variant 'head0'")):
+                       ("naive@prev2@head", "in that order"), ("legolink-0@head", "drop '@head'"), ("naive@head0", "unknown variant 'head0'"),
+                       ("naive@head@chat", "at most once"), ("legolink-0@chat", "drop '@chat'")):
         with pytest.raises(ConfigError, match=match):
             split_variant(bad)

@@ -59,7 +59,8 @@ def test_a_calibration_round_trips_and_is_read_as_checked_data(tmp_path):
                        ({**raw, "recipes": [{**raw["recipes"][0], "speedup": "fast"}]}, "recipes[0].speedup"),
                        ({**raw, "recipes": []}, "no recipes"),
                        ({**raw, "recipes": [{**raw["recipes"][0], "method": "qp-10@int8"}]}, "'@prev<m>' variants only"),
-                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "legolink-0@prev2"}]}, "drop '@prev2'")]:
+                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "legolink-0@prev2"}]}, "drop '@prev2'"),
+                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "qp-10@chat"}]}, "'@prev<m>' variants only")]:
         path.write_text(json.dumps(bad))
         with pytest.raises(ConfigError, match="ragpic calibrate") as err:
             load_calibration(FP, tmp_path)
@@ -123,11 +124,11 @@ def test_auto_links_with_the_models_calibrated_choice(tmp_path, home, caplog):
 
 
 def behind_calibration(fp: str = FP) -> Calibration:
-    """``calibration()`` plus two recipes on chunks compiled behind two: legolink-16@prev2 keeps
+    """``calibration()`` plus two recipes on chunks compiled behind two: legolink-16@chat@prev2 keeps
     98% at 20x (no task measured where it was not run: the QA task), qp-10@prev2 100% at 8x."""
     cal = calibration(fp)
     return Calibration(fp, "tiny", {**cal.full_scores, "qa": 0.8}, cal.recipes + [
-        RecipeScore("legolink-16@prev2", {"vt": 0.98, "niah": 1.0, "cwe": 0.4}, 20.0),
+        RecipeScore("legolink-16@chat@prev2", {"vt": 0.98, "niah": 1.0, "cwe": 0.4}, 20.0),
         RecipeScore("qp-10@prev2", {"vt": 1.0, "niah": 1.0, "cwe": 0.5}, 8.0),
     ], {"seed": 1, "behind": 2})
 
@@ -137,7 +138,7 @@ def test_auto_on_chunks_compiled_behind_picks_among_their_own_rows(tmp_path):
     # chunks alone: the @prev rows are not candidates (qp-10 has no qa share: it was not run there)
     assert choose(cal, 0.97).method.name == "qp-10"
     picked = choose(cal, 0.97, behind=True)
-    assert picked.method.name == "legolink-16" and "legolink-16@prev2 is the fastest" in picked.reason
+    assert picked.method.name == "legolink-16" and "legolink-16@chat@prev2 is the fastest" in picked.reason
     assert picked.reason.startswith("auto (chunks compiled behind the ones before)")
     assert choose(cal, 0.99, behind=True).method.name == "qp-10"
     assert cal.worst_share(cal.recipes[3]) == pytest.approx(0.98)  # qa absent from its shares: not a zero

@@ -71,8 +71,10 @@ def test_cli_calibrate_compile_behind_adds_each_recipe_on_chunks_compiled_behind
     io = capsys.readouterr()
     assert "auto (chunks compiled behind the ones before):" in io.out
     saved = load_calibration(load_model(str(model_dir), device="cpu").fingerprint, tmp_path / "c")
-    assert [r.method for r in saved.recipes] == ["naive", "legolink-100000", "naive@prev8", "legolink-100000@prev8"]
+    assert [r.method for r in saved.recipes] == ["naive", "legolink-100000", "naive@chat@prev8",
+                                                 "legolink-100000@chat@prev8"]
     assert [r.behind for r in saved.recipes] == [0, 0, 8, 8] and saved.setup["behind"] == 8
+    assert saved.recipes[3].link_method.name == "legolink-100000"
     # the rows on chunks compiled behind are measured on the same RULER tasks
     naive, behind = saved.recipes[0], saved.recipes[2]
     assert set(behind.shares) == set(naive.shares) == {"niah_single"}

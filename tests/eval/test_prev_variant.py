@@ -36,11 +36,13 @@ def test_compile_for_compiles_each_chunk_behind_the_ones_before():
 def test_compile_for_puts_the_leading_text_before_every_chunk():
     lm = tiny_lm("llama", num_hidden_layers=2)
     ids = [[5, 6, 7], [8, 9], [10, 11, 12]]
-    methods = normalize_methods("naive@head,naive@head@prev1,naive@head1@prev1")
-    assert [variant_key(m) for m in methods] == ["plain", "plain@head", "plain@head@prev1", "plain@head1@prev1"]
-    kvs = compile_for(lm, ids, methods, {}, head=[3, 4])
-    assert [kv.base_position for kv in kvs["plain@head"]] == [2, 2, 2]
-    assert [kv.base_position for kv in kvs["plain@head@prev1"]] == [2, 5, 4]
+    methods = normalize_methods("naive@head,naive@head@prev1,naive@head1@prev1,naive@chat")
+    assert [variant_key(m) for m in methods] == ["plain", "plain@head", "plain@head@prev1", "plain@head1@prev1",
+                                                 "plain@chat"]
+    kvs = compile_for(lm, ids, methods, {}, head=[3, 4, 13], opening=2)
+    assert [kv.base_position for kv in kvs["plain@chat"]] == [2, 2, 2]  # the opening: the first two ids
+    assert [kv.base_position for kv in kvs["plain@head"]] == [3, 3, 3]
+    assert [kv.base_position for kv in kvs["plain@head@prev1"]] == [3, 6, 5]
     assert [kv.base_position for kv in kvs["plain@head1@prev1"]] == [1, 4, 3]  # the leading text's first id only
     # the first chunk reads the leading text alone either way; the others read other text
     assert torch.equal(kvs["plain@head"][0].keys, kvs["plain@head@prev1"][0].keys)
@@ -48,6 +50,8 @@ def test_compile_for_puts_the_leading_text_before_every_chunk():
                                                                       kvs["plain@head@prev1"][1].keys)
     with pytest.raises(ConfigError, match="no leading text"):
         compile_for(lm, ids, ["naive@head"])
+    with pytest.raises(ConfigError, match="drop '@chat'"):
+        compile_for(lm, ids, ["naive@chat"], head=[3, 4])  # no opening in this prompt
 
 
 def test_the_qa_evaluation_refuses_it_its_passages_are_not_one_document(tmp_path):
@@ -66,7 +70,7 @@ def test_cli_ruler_runs_it_beside_the_chunks_alone(tmp_path, capsys):
     out = tmp_path / "ruler.json"
     rc = main(["eval", "ruler", "--model", str(model_dir), "--device", "cpu", "--tasks", "niah_single",
                "--lengths", "700", "--samples", "1", "--chunk-tokens", "128",
-               "--methods", "naive,naive@prev8,naive@head@prev8",
+               "--methods", "naive,naive@prev8,naive@head@prev8,naive@chat@prev8",
                "--max-new-tokens", "3", "--json", str(out)])
     assert rc == 0, capsys.readouterr().err
     rec = json.loads(out.read_text())["samples"][0]
@@ -77,6 +81,9 @@ def test_cli_ruler_runs_it_beside_the_chunks_alone(tmp_path, capsys):
     # behind the leading text and every chunk before it, each chunk's KV is full's: only rounding is left
     exact = rec["methods"]["naive@head@prev8"]
     assert exact["answer"] == rec["methods"]["full"]["answer"] and exact["tf_kl_vs_full"] < 1e-5
+    # behind the chat opening only, the instruction after it is not read: not full's KV
+    chat = rec["methods"]["naive@chat@prev8"]
+    assert chat["recomputed_tokens"] == naive["recomputed_tokens"] and chat["tf_kl_vs_full"] > exact["tf_kl_vs_full"]
     capsys.readouterr()
     assert main(["eval", "ruler", "--methods", "legolink-0@prev2"]) == 2
     assert "drop '@prev2'" in capsys.readouterr().err
