@@ -28,15 +28,16 @@ is written beside the converted models, keyed by the model's fingerprint (its we
 weight format, dtype and tokenizer: load the model the same way to use it), and
 Config(method="auto", fidelity=0.97) then links with the fastest recipe that keeps the
 fidelity on every task full can do (full scores >= 0.5 there). The table printed at the end
-shows what auto picks.
+shows what auto picks. About 9 minutes for Qwen2.5-Coder-0.5B's GGUF on 2 CPU cores with
+native bf16 (AVX512_BF16), about 19 in fp32 on AVX2.
 
 --compile-behind M also runs every recipe on the RULER prompts' chunks compiled behind the
 prompt's chat opening and the M chunks before them (rows named <recipe>@chat@prevM), as a store
 compiled with Config(compile_behind=M) or `ragpic compile --compile-behind M` holds them; with
 --compile-head-text, behind each prompt's whole leading text instead (@head@prevM: a store
 compiled with Config(compile_head=<your text>)). auto then links a prompt that takes most of
-its chunks from such entries with the fastest of those rows that keeps the fidelity. About 9 minutes for Qwen2.5-Coder-0.5B's GGUF on 2 CPU cores with
-native bf16 (AVX512_BF16), about 19 in fp32 on AVX2."""
+its chunks from such entries with the fastest of those rows that keeps the fidelity (about
+1.4 minutes more per recipe on the 0.5B)."""
 
 DEFAULT_RECIPES = "legolink-16,qr-3-k4-h1-w-s,qr-4-k4-h1-w-s,qp-10,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
 

@@ -14,8 +14,9 @@ With ``behind=m`` each recipe also runs as ``<recipe>@chat@prev<m>`` on the RULE
 document each, its chunks in order: each compiled behind the prompt's chat opening and the ``m``
 chunks before it, as ``Config(compile_behind=m)`` stores them under ``compile_head=True``;
 ``head="head"``: behind the prompt's whole leading text, as under ``compile_head=<text>``);
-MuSiQue's passages are separate articles, so those rows have no MuSiQue share. ``auto`` picks among them for the prompts that link their chunks
-from such entries (:func:`ragpic.engine.calibration.choose`).
+MuSiQue's passages are separate articles, so those rows have no MuSiQue share. ``auto`` picks
+among them for the prompts that link their chunks from such entries
+(:func:`ragpic.engine.calibration.choose`).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
         full_scores={t: scoring.mean(s["full"]) for t, s in scores.items()},
         recipes=[RecipeScore(m, {t: _shares(s["full"], s[m]) for t, s in scores.items() if m in s}, speedup[m])
                  for m in recipes],
-        setup={"seed": seed, "tasks": tasks, "lengths": list(lengths), "samples": samples, "behind": behind, "head": head,
+        setup={"seed": seed, "tasks": tasks, "lengths": list(lengths), "samples": samples,
+               "behind": behind, "head": head,
                "qa": len(examples), "qa_set": "given" if qa is not None else "musique", "passage_tokens": passage_tokens,
                "dtype": str(lm.dtype), "device": str(lm.device), "prefix_cache": prefix_cache},
     )

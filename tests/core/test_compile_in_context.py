@@ -93,7 +93,8 @@ def test_evaluation_variants_parse():
     assert split_variant("naive@chat@prev4") == ("naive", 4, "none", "chat")
     for bad, match in (("legolink-16@int8@prev4", "unknown variant 'prev4'"), ("naive@prev0", "unknown variant"),
                        ("naive@prev2@prev3", "at most once"), ("legolink-0@prev2", "drop '@prev2'"),
-                       ("naive@prev2@head", "in that order"), ("legolink-0@head", "drop '@head'"), ("naive@head0", "unknown variant 'head0'"),
+                       ("naive@prev2@head", "in that order"), ("legolink-0@head", "drop '@head'"),
+                       ("naive@head0", "unknown variant 'head0'"),
                        ("naive@head@chat", "at most once"), ("legolink-0@chat", "drop '@chat'")):
         with pytest.raises(ConfigError, match=match):
             split_variant(bad)
