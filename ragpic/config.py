@@ -83,16 +83,17 @@ class Config:
             its KV has read them (docs/ARCHITECTURE.md §1.3; the 0.5B keeps `full`'s RULER
             score at 4k with 4, docs/RESULTS.md §31). ``0``: off (no extra compile, no extra lookups).
         compile_head: with ``compile_behind``, what each of those entries reads first, as the
-            prompt's own chunks do (docs/ARCHITECTURE.md §1.3): ``True`` (the default), the chat
-            opening every completion prompt of this engine starts with (the template's start and
-            ``system_prompt``, up to the user's text); a string, that opening and then this text:
-            what the application's prompts put before their first chunk inside the user turn
-            (LlamaIndex's ``"Context information is below.\n---------------------\n"``);
-            ``False``: the chunks before only. The document's first chunk gets an entry behind
-            it too. Such entries link only into prompts whose leading text starts with it. On the
-            0.5B's RULER 4k, ``legolink-16`` on chunks behind four keeps 78% of ``full`` behind
-            the chunks alone, 88% behind the opening and 102% behind the whole leading text
-            (docs/RESULTS.md §33).
+            prompt's own chunks do (docs/ARCHITECTURE.md §1.3): ``False`` (the default), nothing
+            but the chunks before; ``True``, the chat opening every completion prompt of this
+            engine starts with (the template's start and ``system_prompt``, up to the user's
+            text); a string, that opening and then this text: what the application's prompts put
+            before their first chunk inside the user turn (e.g. ``"Read the log.\n\n"``). The
+            document's first chunk gets an entry behind it too. Such entries link only into
+            prompts whose leading text starts with it: a framework whose prompts bring their own
+            system message (LlamaIndex's default QA template does) needs that message as
+            ``system_prompt``. On the 0.5B's RULER 4k, ``legolink-16`` on chunks behind four keeps
+            78% of ``full`` with ``False``, 88% with ``True`` and 102% behind the whole leading
+            text (docs/RESULTS.md §33).
     """
 
     model: str | None = None
@@ -116,7 +117,7 @@ class Config:
     batch_tokens: int = 4096
     min_chunk_tokens: int = 16
     compile_behind: int = 0
-    compile_head: bool | str = True
+    compile_head: bool | str = False
 
     def __post_init__(self) -> None:
         parse_method(self.method)  # raises with the list of valid methods

@@ -31,11 +31,12 @@ fidelity on every task full can do (full scores >= 0.5 there). The table printed
 shows what auto picks. About 9 minutes for Qwen2.5-Coder-0.5B's GGUF on 2 CPU cores with
 native bf16 (AVX512_BF16), about 19 in fp32 on AVX2.
 
---compile-behind M also runs every recipe on the RULER prompts' chunks compiled behind the
-prompt's chat opening and the M chunks before them (rows named <recipe>@chat@prevM), as a store
-compiled with Config(compile_behind=M) or `ragpic compile --compile-behind M` holds them; with
---compile-head-text, behind each prompt's whole leading text instead (@head@prevM: a store
-compiled with Config(compile_head=<your text>)). auto then links a prompt that takes most of
+--compile-behind M also runs every recipe on the RULER prompts' chunks compiled behind the M
+chunks before them (rows named <recipe>@prevM), as a store compiled with
+Config(compile_behind=M) or `ragpic compile --compile-behind M` holds them; --compile-head chat
+puts each prompt's chat opening first (@chat@prevM: Config(compile_head=True)), --compile-head
+text its whole leading text (@head@prevM: Config(compile_head=<your text>), the calibration
+prompts' own instruction standing in for yours). auto then links a prompt that takes most of
 its chunks from such entries with the fastest of those rows that keeps the fidelity (about
 1.4 minutes more per recipe on the 0.5B)."""
 
@@ -66,9 +67,9 @@ def add_parser(sub) -> None:
                    help="the share of full's score the table's 'auto picks' line holds recipes to (default: 0.97)")
     p.add_argument("--compile-behind", type=at_least(0), default=0, metavar="M",
                    help="also calibrate each recipe on chunks compiled behind the M before them (default: 0, not)")
-    p.add_argument("--compile-head-text", action="store_true",
-                   help="with --compile-behind: your store's entries read your prompts' text before their first "
-                        "chunk (compile_head=<text>); measure behind each calibration prompt's own leading text")
+    p.add_argument("--compile-head", choices=["none", "chat", "text"], default="none",
+                   help="with --compile-behind: what your store's entries read first (Config.compile_head: none = "
+                        "False, chat = True, text = your prompts' text before their first chunk); default none")
     p.add_argument("--dir", default=None, metavar="FOLDER",
                    help="where calibrations live (default: the ragpic cache folder, where auto looks)")
     add_model_args(p)
@@ -97,7 +98,8 @@ def cmd_calibrate(args) -> int:
     lm = _load(args)
     cal = run_calibration(lm, recipes=args.recipes, tasks=args.tasks, lengths=args.lengths, samples=args.samples,
                           musique=args.musique, progress=_progress(args), prefix_cache=args.prefix_cache,
-                          behind=args.compile_behind, head="head" if args.compile_head_text else "chat")
+                          behind=args.compile_behind,
+                          head={"none": "", "chat": "chat", "text": "head"}[args.compile_head])
     print(format_calibration(cal, args.fidelity))
     path = save_calibration(cal, args.dir)
     print(f"wrote {path}", file=sys.stderr)

@@ -10,10 +10,11 @@ over the task's prompts divided by ``full``'s. The result is written beside the 
 models, keyed by the model's fingerprint (:func:`ragpic.engine.calibration.save_calibration`),
 where ``Config(method="auto")`` finds it.
 
-With ``behind=m`` each recipe also runs as ``<recipe>@chat@prev<m>`` on the RULER prompts (one
-document each, its chunks in order: each compiled behind the prompt's chat opening and the ``m``
-chunks before it, as ``Config(compile_behind=m)`` stores them under ``compile_head=True``;
-``head="head"``: behind the prompt's whole leading text, as under ``compile_head=<text>``);
+With ``behind=m`` each recipe also runs as ``<recipe>@prev<m>`` on the RULER prompts (one
+document each, its chunks in order: each compiled behind the ``m`` chunks before it, as
+``Config(compile_behind=m)`` stores them; ``head="chat"``: after the prompt's chat opening,
+``<recipe>@chat@prev<m>``, as under ``compile_head=True``; ``head="head"``: after its whole
+leading text, as under ``compile_head=<text>``);
 MuSiQue's passages are separate articles, so those rows have no MuSiQue share. ``auto`` picks
 among them for the prompts that link their chunks from such entries
 (:func:`ragpic.engine.calibration.choose`).
@@ -56,7 +57,7 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
                     musique: int = 8, seed: int = CALIBRATION_SEED, qa: Sequence[QAExample] | None = None,
                     max_new_tokens: int | None = None, chunk_tokens: int = 512, passage_tokens: int | None = 192,
                     progress: Callable[[str], None] | None = None, prefix_cache: bool = True,
-                    behind: int = 0, head: str = "chat") -> Calibration:
+                    behind: int = 0, head: str = "") -> Calibration:
     """Run the calibration set with ``full`` and every recipe; returns the :class:`Calibration`.
 
     ``musique``: how many of the bundled MuSiQue questions (0: none); ``qa``: other QA examples
@@ -66,12 +67,13 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     ~6k tokens and 3x the time); ``prefix_cache``: the recipes link each prompt's leading text
     from ``full``'s rows, as the engine does by default, so the speed-ups are the engine's.
     ``behind``: also run every recipe on chunks compiled behind this many before them (0: not),
-    after the prompt's ``head`` (``"chat"``: its chat opening; ``"head"``: its whole leading text).
+    after the prompt's ``head`` (``""``: nothing; ``"chat"``: its chat opening; ``"head"``: its
+    whole leading text).
     """
-    if head not in ("chat", "head"):
-        raise ValueError(f"head must be 'chat' or 'head', got {head!r}")
+    if head not in ("", "chat", "head"):
+        raise ValueError(f"head must be '', 'chat' or 'head', got {head!r}")
     alone = normalize_methods(recipes, ())  # canonical names, full first: run_ruler's keys
-    methods = alone + [f"{m}@{head}@prev{behind}" for m in alone[1:] if behind]
+    methods = alone + [f"{m}{'@' + head if head else ''}@prev{behind}" for m in alone[1:] if behind]
     recipes = methods[1:]
     tasks = list(tasks or TASKS)
     ruler = run_ruler(lm, default_haystack(), tasks=tasks, lengths=lengths, samples=samples, seed=seed,

@@ -185,19 +185,20 @@ def test_compile_behind_then_a_server_links_the_entries_behind(model, corpus, tm
     from serve_helpers import Server
 
     kv = tmp_path / "kv"
+    head = ["--compile-head", "Read these.\n\n"]  # what the prompts below put before their chunks
     code, report = compile_json(capsys, str(corpus), "--store", str(kv), "--model", model, "--chunk-tokens", "64",
-                                "--compile-behind", "2")
+                                "--compile-behind", "2", *head)
     docs = _document_chunks(model, corpus, 64)
     capsys.readouterr()  # LlamaIndex's splitter prints a warning about the metadata's length
     assert code == 0 and report["ok"] and report["documents"] == len(docs) == 3
-    # every chunk is long enough; each document's first is compiled behind the chat opening alone
+    # every chunk is long enough; each document's first is compiled behind the prompt's start alone
     assert report["behind"] == sum(len(c) for c in docs.values()) > 20
     assert len(folder_keys(kv)) == report["distinct"] + report["behind"]
     code, again = compile_json(capsys, str(corpus), "--store", str(kv), "--model", model, "--chunk-tokens", "64",
-                               "--compile-behind", "2")
+                               "--compile-behind", "2", *head)
     assert code == 0 and again["compiled"] == again["behind"] == 0
     chunks = next(iter(docs.values()))[:3]
-    server = Server("--model", model, "--model-id", "tiny", "--store", str(kv), "--compile-behind", "2",
+    server = Server("--model", model, "--model-id", "tiny", "--store", str(kv), "--compile-behind", "2", *head,
                     home=tmp_path)
     try:
         with server.client() as c:
@@ -211,7 +212,7 @@ def test_compile_behind_then_a_server_links_the_entries_behind(model, corpus, tm
     finally:
         server.stop()
     assert (in_order["chunks_loaded"], in_order["chunks_behind"]) == (3, 3)
-    # reversed, only the document's first chunk finds an entry: the one behind the opening alone
+    # reversed, only the document's first chunk finds an entry: the one behind the prompt's start alone
     assert (reversed_["chunks_loaded"], reversed_["chunks_behind"]) == (3, 1)
 
 

@@ -156,10 +156,10 @@ def test_auto_links_a_prompt_in_document_order_with_the_behind_choice(tmp_path, 
     engine.compile(doc, in_order=True)
     in_order = "passages:\n" + "\n\n".join(doc) + "\n\nquestion: what is the best thing to do?"
     g = engine.generate(in_order, hints=doc)
-    assert (g.chunks_behind, g.method) == (3, "legolink-16")  # the first behind the chat opening alone
+    assert (g.chunks_behind, g.method) == (2, "legolink-16")
     assert g.token_ids == engine.generate(in_order, hints=doc, method="legolink-16").token_ids
     reversed_ = "passages:\n" + "\n\n".join(doc[::-1]) + "\n\nquestion: what is the best thing to do?"
     r = engine.generate(reversed_, hints=doc)
-    assert (r.chunks_behind, r.method) == (1, "qp-10")  # one of three behind (the opening): the plain choice
+    assert (r.chunks_behind, r.method) == (0, "qp-10")  # chunks alone: the plain choice
     # a method named by the caller is never swapped
     assert engine.generate(in_order, hints=doc, method="qp-10").method == "qp-10"

@@ -25,11 +25,10 @@ def _prompt(passages, sep="\n\n"):
 
 @pytest.fixture
 def engine(tmp_path):
-    """Contexts of the chunks before only (``compile_head=False``): the chunks' own mechanics."""
+    """Contexts of the chunks before only (``compile_head=False``, the default)."""
     lm = tiny_lm("llama", num_hidden_layers=3)
     lm.model.generation_config.eos_token_id = None
-    return RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=2, kv_quant="none",
-                         compile_head=False), lm=lm)
+    return RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=2, kv_quant="none"), lm=lm)
 
 
 def _recipes(engine, prompt):
@@ -98,9 +97,10 @@ def test_bad_options_are_refused_before_any_work(engine):
 def test_with_the_chat_opening_every_chunk_reads_the_prompts_own_start(tmp_path):
     lm = tiny_lm("llama", num_hidden_layers=3)
     lm.model.generation_config.eos_token_id = None
-    engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=3, kv_quant="none"), lm=lm)
+    engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=3, kv_quant="none",
+                           compile_head=True), lm=lm)
     opening = engine.chat_opening()
-    assert opening and engine.config.compile_head  # the default
+    assert opening == engine.compile_head_ids() and not Config().compile_head  # off unless asked
     assert engine.format_prompt("x").startswith(lm.tokenizer.decode(opening))
     assert engine.compile(DOC, in_order=True) == 4 + 4  # the first chunk too: behind the opening alone
     # the document right after the opening: every chunk read exactly what precedes it, so naive is full

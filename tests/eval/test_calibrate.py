@@ -65,7 +65,7 @@ def test_cli_calibrate_compile_behind_adds_each_recipe_on_chunks_compiled_behind
 
     model_dir = saved_tiny_model(tmp_path / "tiny-model")
     rc = main(["calibrate", "--model", str(model_dir), "--device", "cpu", "--tasks", "niah_single", "--lengths", "1024",
-               "--samples", "1", "--musique", "0", "--recipes", "naive,legolink-100000", "--compile-behind", "8",
+               "--samples", "1", "--musique", "0", "--recipes", "naive,legolink-100000", "--compile-behind", "8", "--compile-head", "chat",
                "--dir", str(tmp_path / "c"), "--quiet"])
     assert rc == 0
     io = capsys.readouterr()
