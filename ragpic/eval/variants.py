@@ -17,8 +17,8 @@ from ragpic.core.model import LoadedModel
 from ragpic.errors import ConfigError
 from ragpic.engine.offline import compile_ids, compile_ids_behind, document_contexts, prompt_segments
 
-__all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize_methods", "opening_of", "prompt_segments",
-           "split_variant", "store_round_trip", "variant_key"]
+__all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize_methods", "opening_of",
+           "prompt_segments", "split_variant", "store_round_trip", "variant_key"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
 
