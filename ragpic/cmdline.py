@@ -23,6 +23,12 @@ from ragpic.errors import ConfigError, RagPicError, UsageError
 __all__ = ["DTYPE_HELP", "Parser", "at_least", "csv_of", "fraction", "method_name", "method_list", "device_name",
            "need_module", "need_folder", "need_file", "check_model", "check_output", "run_command"]
 
+COMPILE_HEAD_HELP = ("with --compile-behind: the text your prompts put before their first chunk, inside the user turn "
+                     "(e.g. LlamaIndex's 'Context information is below.\\n---...\\n'); each entry compiled in order "
+                     "reads the chat opening and then it (Config.compile_head), and links only into prompts that start "
+                     "so (default: none, the chunks before only); give `ragpic compile` and `ragpic serve` the same TEXT")
+"""``ragpic compile`` and ``ragpic serve``'s ``--compile-head`` (one text: the two must agree)."""
+
 DTYPE_HELP = ("model dtype (default: bf16 on a GPU and under quantized weights, which --weights auto picks for a "
               ".gguf on a CPU with native bf16; else fp32; auto: bf16 also on a dense model on a CPU with native "
               "bf16, AVX512_BF16/AMX)")
@@ -74,12 +80,12 @@ def csv_of(kind):
 
 
 def method_name(text: str, *, variants: bool = False, bare_legolink: bool = False) -> str:
-    """An argparse type: a link method (``@head`` / ``@prev<m>`` / ``@int8`` / ``@int4`` suffixes allowed when
-    ``variants``: :func:`ragpic.core.methods.split_variant`)."""
+    """An argparse type: a link method (``@head`` / ``@chat`` / ``@prev<m>`` / ``@int8`` / ``@int4``
+    suffixes allowed when ``variants``: :func:`ragpic.core.methods.split_variant`)."""
     method, _, tags = text.strip().partition("@")
     if tags and not variants:
-        raise argparse.ArgumentTypeError(f"{text!r}: '@' variants ('@head', '@prev<m>', '@int8', '@int4') are for the "
-                                         f"evaluations only; give the method alone, e.g. legolink-16")
+        raise argparse.ArgumentTypeError(f"{text!r}: '@' variants ('@head', '@chat', '@prev<m>', '@int8', '@int4') are "
+                                         f"for the evaluations only; give the method alone, e.g. legolink-16")
     if tags:
         try:
             method = split_variant(text)[0]

@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 
-from ragpic.cmdline import at_least, check_model, method_name, need_module
+from ragpic.cmdline import COMPILE_HEAD_HELP, at_least, check_model, method_name, need_module
 from ragpic.config import MAX_COMPILE_BEHIND
 from ragpic.core.kv_quant import NAMES as KV_NAMES
 from ragpic.core.weights import NAMES as WEIGHT_NAMES
@@ -63,10 +63,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         f"{MAX_COMPILE_BEHIND}; in process, not with --ray): a query engine or server with the same "
                         "compile_behind links them where a prompt holds the chunks in that order")
     p.add_argument("--compile-head", default=None, metavar="TEXT",
-                   help="with --compile-behind: the text your prompts put before their first chunk, inside the "
-                        "user turn (e.g. LlamaIndex's 'Context information is below.\\n---...\\n'); the entries read "
-                        "the chat opening and then it, and link only into prompts that start so (default: the chat "
-                        "opening alone); the same TEXT for `ragpic compile` and `ragpic serve`")
+                   help=COMPILE_HEAD_HELP)
     p.add_argument("--json", dest="json_out", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run, check=check)

@@ -12,7 +12,7 @@ import argparse
 import logging
 import os
 
-from ragpic.cmdline import DTYPE_HELP
+from ragpic.cmdline import COMPILE_HEAD_HELP, DTYPE_HELP
 from ragpic.core.weights import NAMES as WEIGHT_NAMES
 
 __all__ = ["add_parser", "run"]
@@ -80,10 +80,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "them in that order, as `ragpic compile --compile-behind M` or RagPic.compile(texts, "
                         f"in_order=True) stored them (at most {MAX_COMPILE_BEHIND}; default 0: off)")
     p.add_argument("--compile-head", default=None, metavar="TEXT",
-                   help="with --compile-behind: the text your prompts put before their first chunk, inside the "
-                        "user turn (e.g. LlamaIndex's 'Context information is below.\\n---...\\n'); the entries read "
-                        "the chat opening and then it, and link only into prompts that start so (default: the chat "
-                        "opening alone); the same TEXT for `ragpic compile` and `ragpic serve`")
+                   help=COMPILE_HEAD_HELP)
     rows = Config.__dataclass_fields__["prefix_cache_tokens"].default
     p.add_argument("--prefix-cache-tokens", type=at_least(0), default=rows, metavar="N",
                    help="rows of leading prompt text (template, system prompt) whose exact KV is kept for the "

@@ -36,8 +36,9 @@ class CompileJob:
             with ``Config(compile_behind=m)`` links those entries where a prompt holds the
             chunks in that order. In process only: a Ray batch may split a document.
         compile_head: what those entries read first, as ``Config.compile_head`` (``None``: its
-            default, the chat opening; a text: the opening, then the text the application's
-            prompts put before their first chunk); a server links them with the same setting.
+            default, nothing but the chunks before; a text: the chat opening, then the text the
+            application's prompts put before their first chunk); a server links them with the
+            same setting.
     """
 
     store: str

@@ -13,10 +13,10 @@ Both sides tokenize a context piece by piece (each chunk, each separator alone),
 segments are: a chunk compiled behind the prompt's own preceding pieces then holds the KV those
 rows would have in a prompt starting with them.
 
-With ``config.compile_head`` every such context starts with the prompt's leading text as the
-application writes it (:meth:`ragpic.RagPic.compile_head_ids`: the chat opening, the template's
-start and system prompt, by default; then the text the application puts before its first
-chunk, when given), and the document's first chunk is compiled behind it alone: each entry's
+With ``config.compile_head`` set (it is off by default) every such context starts with the
+prompt's leading text as the application writes it (:meth:`ragpic.RagPic.compile_head_ids`: the
+chat opening, the template's start and system prompt; then the text the application puts before
+its first chunk, when given), and the document's first chunk is compiled behind it alone: each entry's
 attention sink is then the prompt's own first token and its rows read the instruction, as in
 ``full``. A prompt links those entries only when its leading text starts with those ids.
 """
