@@ -184,6 +184,12 @@ class Variant(NamedTuple):
     quant: str
     head: str
 
+    @property
+    def tags(self) -> str:
+        """The variants in their one order, as a name carries them: ``"@head@prev4@int8"`` (``""``: none)."""
+        return ((f"@{self.head}" if self.head else "") + (f"@prev{self.behind}" if self.behind else "")
+                + ("" if self.quant == KVQuant.NONE else f"@{self.quant}"))
+
 
 def split_variant(name: str) -> Variant:
     """An evaluation's method name -> ``(method, behind, quant, head)``: ``"legolink-16@head@prev4@int8"``

@@ -132,11 +132,11 @@ def _parse(raw, fingerprint: str) -> Calibration:
     for i, r in enumerate(raw.get("recipes") or []):
         if not isinstance(r, dict) or not isinstance(r.get("shares"), dict):
             raise ValueError(f"recipes[{i}] must be an object with shares")
-        method, behind, quant, head = split_variant(str(r.get("method")))  # a ConfigError (a ValueError) names it
-        if quant != "none" or head not in ("", "chat", "head") or head and not behind:
+        v = split_variant(str(r.get("method")))  # a ConfigError (a ValueError) names it
+        if v.quant != "none" or v.head not in ("", "chat", "head") or v.head and not v.behind:
             raise ValueError(f"recipes[{i}].method {r.get('method')!r}: a calibration holds '@prev<m>' variants "
                              f"only, each after '@chat' or '@head' or alone")
-        method = parse_method(method).name + (f"@{head}" if head else "") + (f"@prev{behind}" if behind else "")
+        method = parse_method(v.method).name + v.tags
         shares = {str(t): None if s is None else _number(s, f"recipes[{i}].shares[{t!r}]") for t, s in r["shares"].items()}
         recipes.append(RecipeScore(method, shares, _number(r.get("speedup"), f"recipes[{i}].speedup")))
     if not recipes:

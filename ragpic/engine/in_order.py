@@ -36,8 +36,7 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Match
 from ragpic.errors import ChunkError, ConfigError
 
-__all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind",
-           "head_of"]
+__all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind"]
 
 
 class Engine(Protocol):
@@ -47,12 +46,8 @@ class Engine(Protocol):
     config: Any  # ragpic.Config: compile_behind, compile_head, batch_tokens, min_chunk_tokens
     store: Any  # ragpic.cache.ChunkStore: contains_many, put_many, get_many
 
-    def compile_head_ids(self) -> list[int]: ...
-
-
-def head_of(engine: Engine) -> list[int]:
-    """The ids every context compiled in order starts with (``config.compile_head``; none when off)."""
-    return list(engine.compile_head_ids())
+    def compile_head_ids(self) -> list[int]:
+        """The ids every context compiled in order starts with (``config.compile_head``; none when off)."""
 
 
 def context_ids(tokenizer, pieces: Sequence[str]) -> list[int]:
@@ -113,7 +108,7 @@ def compile_in_order(engine: Engine, texts: Sequence[str], separator: str, *, pr
     ``config.compile_behind`` texts before it, where its store lacks that entry; how many were
     compiled. A text under ``config.min_chunk_tokens`` (never matched) is not compiled behind
     anything. :func:`check_in_order` has passed."""
-    behind, lm, texts, head = engine.config.compile_behind, engine.lm, list(texts), head_of(engine)
+    behind, lm, texts, head = engine.config.compile_behind, engine.lm, list(texts), engine.compile_head_ids()
     ids = [context_ids(lm.tokenizer, [t]) for t in texts]  # each text tokenized once
     contexts = [head + c for c in document_contexts(ids, behind, glue=context_ids(lm.tokenizer, [separator]))]
     todo = [(i, contexts[i]) for i in range(0 if head else 1, len(ids))
@@ -148,7 +143,7 @@ def entries_behind(engine: Engine, prompt: str, matches: Sequence[Match],
     """``match index -> (key, KV)`` of the matches whose store holds an entry compiled behind the
     chunks right before them in ``prompt`` (the longest such context); ``mine``: as
     :meth:`ragpic.RagPic.segments`'s, only keys it accepts."""
-    lm, head = engine.lm, head_of(engine)
+    lm, head = engine.lm, engine.compile_head_ids()
     if head and context_ids(lm.tokenizer, [prompt[:matches[0].start]])[:len(head)] != head:
         return {}  # another opening (a raw prompt, another system prompt): its entries read other text
     candidates = context_candidates(lm.tokenizer, prompt, matches, engine.config.compile_behind, head)

@@ -29,12 +29,8 @@ def split_variant(name: str) -> tuple[str, int, KVQuant, str]:
     docs/ARCHITECTURE.md §1.3), the storage quantization its KV went through (``@int8`` /
     ``@int4``, else ``none``) and how much of the prompt's leading text came first (``"head"``:
     all of it; ``"head<n>"``: its first ``n`` tokens; ``"chat"``: its chat opening; ``""``: none)."""
-    method, behind, quant, head = parse_variant(name)
-    return method, behind, KVQuant(quant), head
-
-
-def _tags(behind: int, quant: str, head: str) -> str:
-    return (f"@{head}" if head else "") + (f"@prev{behind}" if behind else "") + ("" if quant == "none" else f"@{quant}")
+    v = parse_variant(name)
+    return v._replace(quant=KVQuant(v.quant))  # still a core Variant: its fields and .tags
 
 
 def method_of(name: str) -> Method:
@@ -45,8 +41,8 @@ def method_of(name: str) -> Method:
 def variant_key(name: str) -> str:
     """Which compiled KV a method name links: its recipe, plus what it was compiled behind and
     the storage quantization."""
-    method, behind, quant, head = split_variant(name)
-    return parse_method(method).recipe + _tags(behind, quant, head)
+    v = split_variant(name)
+    return parse_method(v.method).recipe + v.tags
 
 
 def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str] = DEFAULT_METHODS) -> list[str]:
@@ -66,8 +62,8 @@ def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str
         methods = [m for m in methods.split(",") if m.strip()]
     names = []
     for m in methods or default:
-        method, behind, quant, head = split_variant(m.strip())
-        names.append(parse_method(method).name + _tags(behind, quant, head))
+        v = split_variant(m.strip())
+        names.append(parse_method(v.method).name + v.tags)
     out = ["full"] + [m for m in names if m != "full"]
     return list(dict.fromkeys(out))
 
