@@ -94,6 +94,15 @@ def on_word_boundaries(prompt: str, start: int, end: int) -> bool:
     return not inside_word(prompt, start) and not inside_word(prompt, end)
 
 
+def _edges_held(prompt: str, m: Match, starts: set[int], ends: set[int]) -> bool:
+    """Whether each end of ``m`` is on a word boundary or meets another occurrence there (one
+    that ``ends`` at its start, one that ``starts`` at its end): a document cut into pieces
+    at any character and linked whole (docs/ARCHITECTURE.md §1.3) has its pieces meet inside
+    words, where together they hold the word whole."""
+    return ((not inside_word(prompt, m.start) or m.start in ends)
+            and (not inside_word(prompt, m.end) or m.end in starts))
+
+
 def _occurrences(prompt: str, cands: list[str]) -> list[Match]:
     """Every occurrence of every candidate: ``str.find`` per candidate while there are few,
     else one scan of the prompt with candidates indexed by their first characters (by their
@@ -126,18 +135,25 @@ def _occurrences(prompt: str, cands: list[str]) -> list[Match]:
 def find_chunks(prompt: str, candidates: Iterable[str]) -> list[Match]:
     """Non-overlapping occurrences of candidate texts in ``prompt``, left to right.
 
-    Only occurrences on word boundaries count (see :func:`on_word_boundaries`). Where two
-    candidates overlap, the earlier one wins, then the longer. A chunk that appears twice
-    matches twice.
+    Only occurrences on word boundaries count (see :func:`on_word_boundaries`), or that meet
+    another kept occurrence where they start or end inside a word (a document's pieces
+    concatenated). Where two candidates overlap, the earlier one wins, then the longer. A
+    chunk that appears twice matches twice.
     """
     cands = sorted({c for c in candidates if c}, key=len, reverse=True)
-    found = [m for m in _occurrences(prompt, cands) if on_word_boundaries(prompt, m.start, m.end)]
-    found.sort(key=lambda m: (m.start, -(m.end - m.start)))
-    kept: list[Match] = []
-    for m in found:
-        if not kept or m.start >= kept[-1].end:
-            kept.append(m)
-    return kept
+    found = _occurrences(prompt, cands)
+    pool = [m for m in found if _edges_held(prompt, m, {x.start for x in found}, {x.end for x in found})]
+    pool.sort(key=lambda m: (m.start, -(m.end - m.start)))
+    while True:  # a piece whose neighbour lost an overlap loses its neighbour's word too
+        kept: list[Match] = []
+        for m in pool:
+            if not kept or m.start >= kept[-1].end:
+                kept.append(m)
+        starts, ends = {m.start for m in kept}, {m.end for m in kept}
+        dropped = {m for m in kept if not _edges_held(prompt, m, starts, ends)}
+        if not dropped:
+            return kept
+        pool = [m for m in pool if m not in dropped]
 
 
 def split_prompt(prompt: str, matches: Sequence[Match]) -> list[tuple[str, bool]]:

@@ -73,6 +73,29 @@ def test_same_matches_as_a_catalog_scan(kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["memory", "folder"])
+def test_a_document_cut_inside_words_is_found_piece_by_piece(kind, tmp_path):
+    """A document cut at any character and linked whole: each piece after the first starts
+    inside a word, where the piece before it ends (one more probe round per such start)."""
+    backend = backend_of(kind, tmp_path)
+    words = [f"{WORDS[i % len(WORDS)]}{i * 7919}" for i in range(60)]  # long words, digits inside
+    doc = " ".join(words)
+    starts = [doc.index(w) for w in words]
+    cuts = [0, *(starts[i] + 3 for i in range(4, 60, 6)), len(doc)]  # every cut three characters into a word
+    pieces = [doc[a:b] for a, b in zip(cuts, cuts[1:])]
+    catalogue(backend, {**{f"p{i}": t for i, t in enumerate(pieces)}, **corpus(30)})
+    prompt = "Read the record.\n\n" + doc + "\n\nWhat comes after alpha0?"
+    found = matcher(backend).candidates(prompt)
+    assert sorted(found) == sorted(pieces)
+    assert [m.text for m in find_chunks(prompt, found)] == pieces
+    # without piece 3 the probes stop where it would start, and the pieces before it end inside
+    # a word nothing stored fills: none of them is linked (a stored "an" never matches in "banana")
+    backend.catalog_remove(FP, ["p3"])
+    found = matcher(backend).candidates(prompt)
+    assert sorted(found) == sorted(pieces[:3])
+    assert find_chunks(prompt, found) == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "folder"])
 def test_removed_chunks_stop_matching_and_texts_by_key(kind, tmp_path):
     backend = backend_of(kind, tmp_path)
     texts = corpus(50)

@@ -39,3 +39,19 @@ def test_large_catalog_uses_anchor_scan_with_same_result():
 def test_no_candidates_means_one_text_piece():
     assert find_chunks("anything", []) == []
     assert split_prompt("anything", []) == [("anything", False)]
+
+
+def test_a_document_cut_inside_words_matches_where_its_pieces_meet():
+    doc = "The keeper wrote 1234 hours in his logbook, and the international supply boat came in March."
+    cuts = [0, 19, 42, 57, 69, len(doc)]  # inside "1234", before ", and", inside "international", "supply"
+    pieces = [doc[a:b] for a, b in zip(cuts, cuts[1:])]
+    prompt = "Read this:\n" + doc + "\nQ?"
+    assert [m.text for m in find_chunks(prompt, pieces)] == pieces
+    assert split_prompt(prompt, find_chunks(prompt, pieces))[1:-1] == [(p, True) for p in pieces]
+    # a piece alone matches only on word boundaries: its neighbour holds the rest of the word
+    assert find_chunks(prompt, pieces[:1]) == []
+    # without the middle piece, the pieces after it start and end inside words nothing else fills
+    assert [m.text for m in find_chunks(prompt, pieces[:2] + pieces[3:])] == pieces[:2]
+    # a piece whose neighbour loses an overlap loses the rest of its word with it
+    longer = doc[42:66]  # starts where piece 2 does and is longer, so it wins; piece 3 overlaps it
+    assert [m.text for m in find_chunks(prompt, [*pieces, longer])] == [*pieces[:2], longer]

@@ -141,3 +141,24 @@ def test_compile_head_is_checked():
     for bad in ("", 1, None):
         with pytest.raises(ConfigError, match="compile_head must be True"):
             Config(compile_head=bad)
+
+
+def test_a_document_cut_inside_words_links_whole_with_or_without_hints(tmp_path):
+    """A document cut every 37 characters (inside words and numbers, as token-count splitters
+    cut) and linked whole (``separator=""``): every piece is found where the pieces meet, from
+    the hints and from the store's catalog, and each read what precedes it, so naive is full."""
+    lm = tiny_lm("llama", num_hidden_layers=3)
+    lm.model.generation_config.eos_token_id = None
+    engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=6, compile_behind=8, kv_quant="none",
+                           compile_head="passages:\n", min_chunk_tokens=4), lm=lm)
+    doc = " ".join(DOC) + " The keeper logged 12345 hours in the cold month of March."
+    pieces = [doc[i:i + 37] for i in range(0, len(doc), 37)]
+    assert len(pieces[-1]) > 10 and len(pieces) <= 8  # each stored, each behind every piece before it
+    assert sum(p[-1].isalnum() and q[0].isalnum() for p, q in zip(pieces, pieces[1:])) >= 4
+    engine.compile(pieces, in_order=True, separator="")
+    prompt = "passages:\n" + doc + "\n\nquestion: what is the best thing to do?"
+    full = engine.generate(prompt, hints=pieces, method="full")
+    for hints in (pieces, None):
+        naive = engine.generate(prompt, hints=hints, method="naive")
+        assert (naive.chunks_loaded, naive.chunks_behind) == (len(pieces), len(pieces))
+        assert naive.token_ids == full.token_ids

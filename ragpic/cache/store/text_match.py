@@ -5,8 +5,8 @@ prompt. Scanning every stored text costs O(store) per prompt (304 ms and 214 MB 
 worker at 100k chunks). Instead each catalogued chunk has an anchor row (see
 :mod:`ragpic.cache.format.anchors`), kept by its backend with the catalog: a prompt is probed
 at every position where a chunk may start (not inside a word:
-:func:`ragpic.core.segments.inside_word`, the rule the matcher applies), one hash per position, one batched lookup for
-all of them, then each hit is confirmed by a digest of the prompt slice of the chunk's length.
+:func:`ragpic.core.segments.inside_word`, the rule the matcher applies, or where a hit ends), one
+hash per position, one batched lookup for all of them, then each hit is confirmed by a digest of the prompt slice of the chunk's length.
 The texts returned are exact substrings of the prompt, so
 :func:`~ragpic.core.segments.find_chunks` then applies the usual rules to a handful of them.
 """
@@ -50,21 +50,37 @@ class TextMatcher:
 
     def candidates(self, prompt: str) -> list[str]:
         """Catalogued chunk texts that occur in ``prompt`` (each an exact slice of it), in no
-        order. Raises whatever the catalog's medium raises (the store guards the call)."""
+        order. Raises whatever the catalog's medium raises (the store guards the call).
+
+        Probes every position not inside a word, then, one more batched lookup per round, the
+        places inside words where a hit ends: a document cut into pieces at any character and
+        linked whole has its next piece start there (:func:`~ragpic.core.segments.find_chunks`)."""
+        found: set[str] = set()
+        at = [i for i in range(len(prompt)) if not inside_word(prompt, i)]
+        probed = set(at)
+        while at:
+            ends = self._probe(prompt, at, found)
+            at = [e for e in ends if e not in probed and inside_word(prompt, e)]
+            probed.update(at)
+        return list(found)
+
+    def _probe(self, prompt: str, starts: Sequence[int], found: set[str]) -> set[int]:
+        """Add to ``found`` the catalogued texts starting at ``starts``; where the hits end."""
         probes: dict[str, list[int]] = {}
         lengths = self._short_lengths()
         n = len(prompt)
-        for i in (i for i in range(n) if not inside_word(prompt, i)):
+        for i in starts:
             if i + ANCHOR <= n:
                 probes.setdefault(anchor_hash(prompt[i:i + ANCHOR]), []).append(i)
             for length in lengths:
                 if i + length <= n:
                     probes.setdefault(anchor_hash(prompt[i:i + length]), []).append(i)
-        found: set[str] = set()
+        ends: set[int] = set()
         for anchor, postings in self._lookup(list(probes)).items():
             for i in probes.get(anchor, ()):
                 for p in postings:
                     piece = prompt[i:i + p.length]
-                    if len(piece) == p.length and piece not in found and text_digest(piece) == p.digest:
+                    if len(piece) == p.length and (piece in found or text_digest(piece) == p.digest):
                         found.add(piece)
-        return list(found)
+                        ends.add(i + p.length)
+        return ends
