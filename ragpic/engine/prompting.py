@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from ragpic.checks import check_text
 from ragpic.errors import ConfigError
 
-__all__ = ["check_messages", "first_difference", "format_chat", "missing_hints_message", "partly_in"]
+__all__ = ["TEMPLATE_MARK", "check_messages", "first_difference", "format_chat", "leading_text", "missing_hints_message",
+           "partly_in"]
 
 
 def format_chat(tokenizer, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> str:
@@ -19,6 +20,27 @@ def format_chat(tokenizer, messages: Sequence[dict], *, add_generation_prompt: b
         return text + ("assistant: " if add_generation_prompt else "")
     return tokenizer.apply_chat_template(list(messages), tokenize=False,
                                          add_generation_prompt=add_generation_prompt)
+
+
+TEMPLATE_MARK = "\u2063ragpic-context\u2063"  # in no template or document: where a template's documents go
+
+
+def leading_text(messages: Sequence[dict], variable: str) -> tuple[str | None, str]:
+    """``(system, head)`` of a framework's prompt template formatted with :data:`TEMPLATE_MARK`
+    as ``variable``: its system message (``None`` without one) and the text its first user
+    message has before the mark, what ``Config(system_prompt=..., compile_head=...)`` take so a
+    document's chunks compiled in order read the prompt's own start (docs/ARCHITECTURE.md
+    §1.3). A ConfigError, naming ``variable``, for another layout."""
+    at = next((i for i, m in enumerate(messages) if TEMPLATE_MARK in m["content"]), None)
+    if at is None or messages[at]["role"] != "user" or at > 1 or any(m["role"] != "system" for m in messages[:at]):
+        raise ConfigError(f"the template must have {{{variable}}} in its first user message, after at most one "
+                          f"system message; write Config(system_prompt=..., compile_head=...) by hand for other "
+                          f"layouts")
+    head = messages[at]["content"][:messages[at]["content"].index(TEMPLATE_MARK)]
+    if not head:
+        raise ConfigError(f"the template puts nothing before {{{variable}}} in its user message: use "
+                          f"Config(compile_head=True) (the chat opening alone)")
+    return (messages[0]["content"] if at else None), head
 
 
 def check_messages(messages: object) -> list[dict]:

@@ -18,7 +18,8 @@ from llama_index.core.schema import NodeWithScore  # noqa: E402
 
 from ragpic import Config, RagPic  # noqa: E402
 from ragpic.llm.llamaindex import RagPicLLM  # noqa: E402
-from ragpic.retriever_hooks.llamaindex import DocumentOrder, RagPicIngest, compile_index, node_text  # noqa: E402
+from ragpic.errors import ConfigError  # noqa: E402
+from ragpic.retriever_hooks.llamaindex import DocumentOrder, RagPicIngest, compile_index, node_text, qa_head  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +87,46 @@ def test_a_query_in_document_order_links_the_entries_behind(indexed):
     backwards.query("How many hours did the lamp burn after entry 5?")
     g = llm.last_generation
     assert (g.chunks_matched, g.chunks_loaded, g.chunks_behind) == (n, n, 0)  # every node alone
+
+
+def _query_in_order(engine, docs, method=None):
+    index = VectorStoreIndex.from_documents(docs, embed_model=MockEmbedding(embed_dim=8),
+                                            transformations=[SentenceSplitter(chunk_size=40, chunk_overlap=0),
+                                                             RagPicIngest(engine)])
+    llm = RagPicLLM(engine, max_new_tokens=4, method=method)
+    n = len(index.docstore.docs)
+    index.as_query_engine(llm=llm, similarity_top_k=n, node_postprocessors=[DocumentOrder()]).query(
+        "How many hours did the lamp burn after entry 5?")
+    return llm.last_generation, n
+
+
+def test_behind_the_query_engines_own_leading_text_every_node_links_behind(smol):
+    """qa_head(): the default text-QA template's system message and the text before its context,
+    so each document's nodes (its first too) read the prompt's own start; behind ragpic's chat
+    opening instead (compile_head=True) they link nowhere under LlamaIndex's system message."""
+    g, n = _query_in_order(RagPic(Config(store=None, device="cpu", compile_behind=2, **qa_head()), lm=smol), DOCS)
+    assert (g.chunks_matched, g.chunks_behind, g.chunks_compiled) == (n, n, 0)
+    g, n = _query_in_order(RagPic(Config(store=None, device="cpu", compile_behind=2, compile_head=True), lm=smol), DOCS)
+    assert (g.chunks_matched, g.chunks_behind) == (n, 0)
+    # one document behind all of its nodes before it: every row is full's, so naive answers as full
+    engine = RagPic(Config(store=None, device="cpu", compile_behind=16, **qa_head()), lm=smol)
+    naive, n = _query_in_order(engine, DOCS[:1], method="naive")
+    full, _ = _query_in_order(engine, DOCS[:1], method="full")
+    assert naive.chunks_behind == n >= 4 and naive.token_ids == full.token_ids
+
+
+def test_qa_head_reads_the_template_or_says_what_it_needs():
+    from llama_index.core.prompts import ChatMessage, ChatPromptTemplate, PromptTemplate
+    from llama_index.core.prompts.chat_prompts import CHAT_TEXT_QA_PROMPT
+
+    head = qa_head()
+    system = CHAT_TEXT_QA_PROMPT.message_templates[0].content
+    assert head == {"system_prompt": system, "compile_head": "Context information is below.\n---------------------\n"}
+    assert qa_head(PromptTemplate("Docs:\n{context_str}\nQ: {query_str}")) == {"system_prompt": None,
+                                                                               "compile_head": "Docs:\n"}
+    for bad, match in [(PromptTemplate("{context_str}\nQ: {query_str}"), "nothing before"),
+                       (PromptTemplate("Q: {query_str}"), "first user message"),
+                       (ChatPromptTemplate([ChatMessage(role="system", content="Docs: {context_str}"),
+                                            ChatMessage(role="user", content="{query_str}")]), "first user message")]:
+        with pytest.raises(ConfigError, match=match):
+            qa_head(bad)

@@ -27,7 +27,8 @@ def generation_info(gen: RagGeneration, hints: int = 0) -> dict[str, Any]:
 
     ``hints`` is how many retrieved texts the callback handler passed for this call (0: the
     engine searched its whole catalog of stored chunks instead); ``hints_found`` how many of
-    them the prompt contains (fewer means a cache miss, and a logged warning).
+    them the prompt contains (fewer means a cache miss, and a logged warning); ``chunks_behind``
+    how many chunks linked an entry compiled behind the chunks before them (docs/ARCHITECTURE.md §1.3).
     """
     return {
         "finish_reason": gen.finish_reason,
@@ -43,6 +44,7 @@ def generation_info(gen: RagGeneration, hints: int = 0) -> dict[str, Any]:
         "chunks_matched": gen.chunks_matched,
         "chunks_loaded": gen.chunks_loaded,
         "chunks_compiled": gen.chunks_compiled,
+        "chunks_behind": gen.chunks_behind,
         "hints": hints,
         "hints_found": gen.hints_found,
     }

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.documents import Document
 
 from ragpic.retriever_hooks.langchain.documents import TextOf, page_text
+from ragpic.retriever_hooks.langchain.order import document_runs
 
 if TYPE_CHECKING:
     from langchain_core.vectorstores import VectorStore
@@ -18,13 +19,24 @@ __all__ = ["add_documents_with_kv", "compile_documents", "compile_vectorstore"]
 
 
 def compile_documents(engine: RagPic, docs: Iterable[Document], *, text_of: TextOf = page_text,
-                      progress: bool = False) -> int:
+                      progress: bool = False, separator: str = "\n\n") -> int:
     """Compile (and store) the KV of each document's prompt text; returns how many were new.
 
     Empty documents are skipped: they cannot be a cached chunk and cost nothing to compute.
+    With ``Config(compile_behind=m)`` on the engine, each source's chunks (by
+    ``metadata["source"]``, in ``metadata["start_index"]`` order:
+    :func:`~ragpic.retriever_hooks.langchain.document_runs`) are also compiled behind the ``m``
+    chunks before them, each followed by ``separator``, what your ``format_docs`` puts between
+    two documents (docs/ARCHITECTURE.md §1.3); :func:`~ragpic.retriever_hooks.langchain.document_order`
+    puts retrieved chunks in that order.
     """
-    texts = [t for t in (text_of(d) for d in docs) if t.strip()]
-    return engine.compile(texts, progress=progress) if texts else 0
+    docs = [d for d in docs if text_of(d).strip()]
+    done = engine.compile([text_of(d) for d in docs], progress=progress) if docs else 0
+    if engine.config.compile_behind:
+        for run in document_runs(docs):
+            if len(run) > 1 or engine.config.compile_head:  # a lone chunk has only the head to read
+                done += engine.compile([text_of(d) for d in run], in_order=True, separator=separator)
+    return done
 
 
 def add_documents_with_kv(store: VectorStore, docs: Sequence[Document], engine: RagPic, *,
@@ -52,8 +64,12 @@ def _store_ids(store: VectorStore) -> list[str]:
 def compile_vectorstore(store: VectorStore, engine: RagPic, *, progress: bool = True,
                         text_of: TextOf = page_text, batch: int = 256) -> int:
     """Compile the KV of every document already in ``store`` (FAISS or in-memory) that the
-    engine's KV store lacks; returns how many were compiled (0 after a complete ingest)."""
+    engine's KV store lacks; returns how many were compiled (0 after a complete ingest). With
+    ``Config(compile_behind=m)``, each source's chunks in order too (:func:`compile_documents`),
+    read in one batch."""
     ids = _store_ids(store)
+    if engine.config.compile_behind:  # a source's chunks in order need all of them at once
+        batch = max(batch, len(ids))
     done = 0
     for lo in range(0, len(ids), batch):
         done += compile_documents(engine, store.get_by_ids(ids[lo:lo + batch]), text_of=text_of,

@@ -35,7 +35,7 @@ from ragpic.retriever_hooks.llamaindex.hints import (
 )
 from ragpic.retriever_hooks.llamaindex.ingest import RagPicIngest, compile_index
 from ragpic.retriever_hooks.llamaindex.nodes import node_text
-from ragpic.retriever_hooks.llamaindex.order import DocumentOrder
+from ragpic.retriever_hooks.llamaindex.order import DocumentOrder, qa_head
 from ragpic.retriever_hooks.llamaindex.persist import build_faiss_index, load_faiss_index, persist_index
 
 __all__ = [
@@ -50,5 +50,6 @@ __all__ = [
     "load_faiss_index",
     "node_text",
     "persist_index",
+    "qa_head",
     "retrieval_hints",
 ]

@@ -83,7 +83,7 @@ def _compile(engine: "RagPic", nodes: Sequence[BaseNode], method: str | None, pr
     done = engine.compile(texts, method=method, progress=progress and len(texts) > 1)
     if engine.config.compile_behind:
         for run in document_runs(nodes):
-            if len(texts := node_texts(run)) > 1:
+            if len(texts := node_texts(run)) > 1 or engine.config.compile_head:  # a lone node reads the head
                 done += engine.compile(texts, method=method, in_order=True)
     return done
 
