@@ -91,9 +91,10 @@ class Config:
             document's first chunk gets an entry behind it too. Such entries link only into
             prompts whose leading text starts with it: a framework whose prompts bring their own
             system message (LlamaIndex's default QA template does) needs that message as
-            ``system_prompt`` (``ragpic.retriever_hooks.llamaindex.qa_head()`` gives both). On the 0.5B's RULER 4k, ``legolink-16`` on chunks behind four keeps
-            78% of ``full`` with ``False``, 88% with ``True`` and 102% behind the whole leading
-            text (docs/RESULTS.md §33).
+            ``system_prompt`` (the hooks' ``qa_head()`` give both, for LlamaIndex and LangChain).
+            On the 0.5B's RULER 4k, ``legolink-16`` on chunks behind four keeps 78% of ``full``
+            with ``False``, 88% with ``True`` and 102% behind the whole leading text
+            (docs/RESULTS.md §33).
     """
 
     model: str | None = None

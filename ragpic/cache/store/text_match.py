@@ -5,9 +5,10 @@ prompt. Scanning every stored text costs O(store) per prompt (304 ms and 214 MB 
 worker at 100k chunks). Instead each catalogued chunk has an anchor row (see
 :mod:`ragpic.cache.format.anchors`), kept by its backend with the catalog: a prompt is probed
 at every position where a chunk may start (not inside a word:
-:func:`ragpic.core.segments.inside_word`, the rule the matcher applies, or where a hit ends), one
-hash per position, one batched lookup for all of them, then each hit is confirmed by a digest of the prompt slice of the chunk's length.
-The texts returned are exact substrings of the prompt, so
+:func:`ragpic.core.segments.inside_word`, the rule the matcher applies; or where a hit ends),
+one hash per position, one batched lookup for all of them, then each hit is confirmed by a
+digest of the prompt slice of the chunk's length. The texts returned are exact substrings of
+the prompt, so
 :func:`~ragpic.core.segments.find_chunks` then applies the usual rules to a handful of them.
 """
 
