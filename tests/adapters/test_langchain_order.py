@@ -24,6 +24,7 @@ from ragpic.errors import ConfigError  # noqa: E402
 from ragpic.llm.langchain import ChatRagPic  # noqa: E402
 from ragpic.retriever_hooks.langchain import (  # noqa: E402
     add_documents_with_kv,
+    compile_vectorstore,
     document_order,
     document_runs,
     qa_head,
@@ -98,3 +99,16 @@ def test_a_chain_in_document_order_links_every_chunk_behind(smol):
     assert (meta["chunks_matched"], meta["chunks_behind"], meta["chunks_compiled"]) == (len(docs), len(docs), 0)
     meta = ask(lambda found: found).response_metadata  # retrieval's order: only the head-alone entries fit
     assert meta["chunks_matched"] == len(docs) and meta["chunks_behind"] < len(docs)
+    # a store filled without ragpic: compile_vectorstore catches up, each chunk alone and behind
+    fresh = RagPic(Config(store=None, device="cpu", compile_behind=2, **qa_head(CHAT_PROMPT)), lm=smol)
+    assert compile_vectorstore(store, fresh, progress=False) == 2 * len(docs)
+    assert compile_vectorstore(store, fresh, progress=False) == 0
+    # another format_docs: the separator it puts between documents is what ingest compiles behind
+    lines = RagPic(Config(store=None, device="cpu", compile_behind=2, max_new_tokens=4, **qa_head(CHAT_PROMPT)),
+                   lm=smol)
+    add_documents_with_kv(InMemoryVectorStore(DeterministicFakeEmbedding(size=16)), docs, lines, separator="\n")
+    llm = ChatRagPic(engine=lines)
+    chain = {"context": retriever | document_order | (lambda found: "\n".join(d.page_content for d in found)),
+             "question": RunnablePassthrough()} | CHAT_PROMPT | llm
+    meta = chain.invoke("How long did the lamp burn after entry 5?").response_metadata
+    assert (meta["chunks_matched"], meta["chunks_behind"]) == (len(docs), len(docs))

@@ -40,14 +40,17 @@ def compile_documents(engine: RagPic, docs: Iterable[Document], *, text_of: Text
 
 
 def add_documents_with_kv(store: VectorStore, docs: Sequence[Document], engine: RagPic, *,
-                          text_of: TextOf = page_text, progress: bool = False, **kwargs: Any) -> list[str]:
+                          text_of: TextOf = page_text, progress: bool = False, separator: str = "\n\n",
+                          **kwargs: Any) -> list[str]:
     """``store.add_documents(docs, **kwargs)``, compiling each document's KV first.
 
     KV is compiled before the documents become retrievable, so no query can see a document
-    whose KV is still missing. Returns the ids ``add_documents`` returns.
+    whose KV is still missing (in order too with ``Config(compile_behind=m)``, each chunk
+    followed by ``separator``: :func:`compile_documents`). Returns the ids ``add_documents``
+    returns.
     """
     docs = list(docs)
-    compile_documents(engine, docs, text_of=text_of, progress=progress)
+    compile_documents(engine, docs, text_of=text_of, progress=progress, separator=separator)
     return store.add_documents(docs, **kwargs)
 
 
@@ -62,7 +65,7 @@ def _store_ids(store: VectorStore) -> list[str]:
 
 
 def compile_vectorstore(store: VectorStore, engine: RagPic, *, progress: bool = True,
-                        text_of: TextOf = page_text, batch: int = 256) -> int:
+                        text_of: TextOf = page_text, batch: int = 256, separator: str = "\n\n") -> int:
     """Compile the KV of every document already in ``store`` (FAISS or in-memory) that the
     engine's KV store lacks; returns how many were compiled (0 after a complete ingest). With
     ``Config(compile_behind=m)``, each source's chunks in order too (:func:`compile_documents`),
@@ -73,5 +76,5 @@ def compile_vectorstore(store: VectorStore, engine: RagPic, *, progress: bool = 
     done = 0
     for lo in range(0, len(ids), batch):
         done += compile_documents(engine, store.get_by_ids(ids[lo:lo + batch]), text_of=text_of,
-                                  progress=progress)
+                                  progress=progress, separator=separator)
     return done
