@@ -31,7 +31,7 @@ from ragpic.eval.data import QAExample, default_dataset, default_haystack, load_
 from ragpic.eval.evaluate import evaluate_qa
 from ragpic.eval.ruler import run_ruler
 from ragpic.eval.ruler_tasks import TASKS
-from ragpic.eval.variants import normalize_methods
+from ragpic.eval.variants import normalize_methods, split_variant
 
 __all__ = ["CALIBRATION_SEED", "DEFAULT_RECIPES", "format_calibration", "run_calibration"]
 
@@ -73,7 +73,8 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     if head not in ("", "chat", "head"):
         raise ValueError(f"head must be '', 'chat' or 'head', got {head!r}")
     alone = normalize_methods(recipes, ())  # canonical names, full first: run_ruler's keys
-    methods = alone + [f"{m}{'@' + head if head else ''}@prev{behind}" for m in alone[1:] if behind]
+    in_order = [split_variant(m)._replace(behind=behind, head=head) for m in alone[1:] if behind]
+    methods = alone + [v.method + v.tags for v in in_order]  # the variants' one spelling (core Variant.tags)
     recipes = methods[1:]
     tasks = list(tasks or TASKS)
     ruler = run_ruler(lm, default_haystack(), tasks=tasks, lengths=lengths, samples=samples, seed=seed,
