@@ -9,7 +9,7 @@ from ragpic.checks import check_text
 from ragpic.errors import ConfigError
 
 __all__ = ["TEMPLATE_MARK", "check_messages", "first_difference", "format_chat", "leading_text", "missing_hints_message",
-           "partly_in"]
+           "partly_in", "unlinked_hints_message"]
 
 
 def format_chat(tokenizer, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> str:
@@ -97,3 +97,21 @@ def missing_hints_message(prompt: str, hints: Sequence[str], changed: Sequence[s
             f"cannot be linked (that text is computed instead). Hint {list(hints).index(first)} "
             f"({first[:40]!r}...): {where}. Compile exactly the text your prompt contains (e.g. what "
             f"format_docs puts there), and keep node text whole (see make_query_engine).")
+
+
+def unlinked_hints_message(prompt: str, hints: Sequence[str], unlinked: Sequence[str], cut: int | None) -> str:
+    """One line: how many hints are in the prompt whole yet not linked, and why the first one is
+    not: ``cut``, where it starts or ends inside a word that no linked piece completes (a
+    document cut inside words lost the piece beside it, docs/ARCHITECTURE.md §1.3), else (``None``)
+    it overlaps a linked hint."""
+    first = unlinked[0]
+    if cut is not None:
+        why = (f"it {'starts' if cut == prompt.find(first) else 'ends'} inside the word "
+               f"{prompt[max(0, cut - 10):cut]!r} + {prompt[cut:cut + 10]!r} and no linked hint meets it there, so it "
+               "cannot be told from a match inside a longer word. A document cut inside words links only where its "
+               "pieces meet: pass every piece between the first and the last as hints and compile them "
+               "(compile(pieces, in_order=True, separator='')), or cut on word boundaries")
+    else:
+        why = "it overlaps another hint that was linked there (the earlier, then the longer, wins)"
+    return (f"{len(unlinked)} of {len(hints)} retrieval hints are in the prompt whole but not linked (that text is "
+            f"computed instead). Hint {list(hints).index(first)} ({first[:40]!r}...): {why}.")

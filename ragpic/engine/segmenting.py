@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ragpic.checks import check_texts
 from ragpic.core.kv import ChunkKV
-from ragpic.core.segments import Match, find_chunks, split_prompt
+from ragpic.core.segments import Match, find_chunks, inside_word, split_prompt
 from ragpic.core.segments import Segment, chunk_segment, text_segment
 from ragpic.engine.generation import MatchStats
-from ragpic.engine.prompting import missing_hints_message, partly_in
+from ragpic.engine.prompting import missing_hints_message, partly_in, unlinked_hints_message
 
 __all__ = ["build_segments", "match_chunks"]
 
@@ -29,7 +29,9 @@ def match_chunks(text: str, hints: Sequence[str] | None, catalog: Callable[[], I
 
     Hints that reached the prompt changed (in part only: reflowed, re-split, edited) are a
     cache miss nobody would notice, so one warning says how many and where the first one
-    stops matching; ``stats.hints_found`` counts the hints found whole.
+    stops matching; so are hints there whole that do not match (cut inside a word with no
+    neighbouring piece to meet, or overlapping another), with a warning of their own;
+    ``stats.hints_found`` counts the hints matched.
     """
     hints = [h for h in dict.fromkeys(check_texts("hints", hints or [])) if cacheable(h)]
     matches = find_chunks(text, hints) if hints else []
@@ -39,6 +41,11 @@ def match_chunks(text: str, hints: Sequence[str] | None, catalog: Callable[[], I
         log.warning("%s", missing_hints_message(text, hints, changed))
     if not matches:
         matches = find_chunks(text, catalog())
+    unlinked = [h for h in hints if h not in found and h in text and not any(h in m.text for m in matches)]
+    if unlinked:
+        at = text.find(unlinked[0])
+        cut = next((i for i in (at, at + len(unlinked[0])) if inside_word(text, i)), None)
+        log.warning("%s", unlinked_hints_message(text, hints, unlinked, cut))
     matches = [m for m in matches if m.text in found or cacheable(m.text)]  # hints were checked above
     return matches, MatchStats(matched=len(matches), hinted=len(hints), hints_found=len(found))
 

@@ -162,3 +162,29 @@ def test_a_document_cut_inside_words_links_whole_with_or_without_hints(tmp_path)
         naive = engine.generate(prompt, hints=hints, method="naive")
         assert (naive.chunks_loaded, naive.chunks_behind) == (len(pieces), len(pieces))
         assert naive.token_ids == full.token_ids
+
+
+def test_a_piece_left_out_of_the_hints_is_said_with_the_neighbours_it_unlinks(tmp_path, caplog):
+    """Without its middle piece a document cut inside words leaves the pieces on either side
+    ending and starting inside words that nothing linked completes: they are computed as text,
+    and one warning names the first of them and the word it is cut in; with every piece there
+    is no warning."""
+    lm = tiny_lm("llama", num_hidden_layers=3)
+    engine = RagPic(Config(store=str(tmp_path / "kv"), max_new_tokens=2, kv_quant="none", min_chunk_tokens=4), lm=lm)
+    doc = " ".join(DOC)
+    pieces = [doc[i:i + 37] for i in range(0, len(doc), 37)]
+    gap = next(i for i in range(1, len(pieces) - 1)
+               if pieces[i - 1][-1].isalnum() and pieces[i][0].isalnum() and pieces[i][-1].isalnum()
+               and pieces[i + 1][0].isalnum())
+    engine.compile(pieces)
+    prompt = "passages:\n" + doc + "\n\nquestion: what is the best thing to do?"
+    with caplog.at_level("WARNING", logger="ragpic.engine"):
+        _, stats = engine.segments(prompt, hints=pieces)
+    assert stats.hints_found == len(pieces) and not caplog.records
+    hints = pieces[:gap] + pieces[gap + 1:]
+    with caplog.at_level("WARNING", logger="ragpic.engine"):
+        _, stats = engine.segments(prompt, hints=hints)
+    assert stats.hints_found == len(hints) - 2  # the pieces before and after the gap
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"2 of {len(hints)} retrieval hints are in the prompt whole but not linked")
+    assert f"Hint {gap - 1} ({pieces[gap - 1][:40]!r}...): it ends inside the word" in record.getMessage()
