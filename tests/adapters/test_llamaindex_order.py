@@ -130,3 +130,35 @@ def test_qa_head_reads_the_template_or_says_what_it_needs():
                                             ChatMessage(role="user", content="{query_str}")]), "first user message")]:
         with pytest.raises(ConfigError, match=match):
             qa_head(bad)
+
+
+class Hit(BaseNodePostprocessor):
+    """A retriever's one hit in the middle of a document (``MockEmbedding`` ranks nothing)."""
+
+    node_id: str
+
+    def _postprocess_nodes(self, nodes, query_bundle=None):
+        return [n for n in nodes if n.node.node_id == self.node_id]
+
+
+def test_a_hit_with_its_neighbours_links_them_behind_one_another(smol):
+    """PrevNextNodePostprocessor turns one hit into its document's run around it; DocumentOrder
+    keeps it in order, and each node of the run with its compile context before it in the
+    prompt (two nodes, the leading text) links that entry; the run's first two do not."""
+    from llama_index.core.postprocessor import PrevNextNodePostprocessor
+
+    engine = RagPic(Config(store=None, device="cpu", compile_behind=2, max_new_tokens=4, **qa_head()), lm=smol)
+    index = VectorStoreIndex.from_documents(DOCS[:1], embed_model=MockEmbedding(embed_dim=8),
+                                            transformations=[SentenceSplitter(chunk_size=40, chunk_overlap=0),
+                                                             RagPicIngest(engine)])
+    nodes = sorted(index.docstore.docs.values(), key=lambda n: n.start_char_idx)
+    assert len(nodes) >= 6
+    hit = len(nodes) // 2  # a run of five from the second node on, at least
+    llm = RagPicLLM(engine, max_new_tokens=4)
+    around = PrevNextNodePostprocessor(docstore=index.docstore, num_nodes=2, mode="both")
+    query = index.as_query_engine(llm=llm, similarity_top_k=len(nodes),
+                                  node_postprocessors=[Hit(node_id=nodes[hit].node_id), around, DocumentOrder()])
+    response = query.query("How many hours did the lamp burn after entry 5?")
+    assert [n.node.node_id for n in response.source_nodes] == [n.node_id for n in nodes[hit - 2:hit + 3]]
+    g = llm.last_generation
+    assert (g.chunks_matched, g.chunks_behind, g.chunks_compiled) == (5, 3, 0)
