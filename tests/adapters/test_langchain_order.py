@@ -15,7 +15,7 @@ pytest.importorskip("langchain_core")
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402  (an embedding model, not a mock of ragpic)
 from langchain_core.prompts import ChatPromptTemplate, PromptTemplate  # noqa: E402
-from langchain_core.runnables import RunnablePassthrough  # noqa: E402
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 
 from langchain_helpers import CHAT_PROMPT, PROMPT, format_docs  # noqa: E402
@@ -28,6 +28,7 @@ from ragpic.retriever_hooks.langchain import (  # noqa: E402
     document_order,
     document_runs,
     qa_head,
+    with_neighbours,
 )
 
 
@@ -60,6 +61,33 @@ def test_document_order_regroups_retrieved_chunks():
     assert [len(r) for r in document_runs(LOG + ROCKS)] == [len(LOG), len(ROCKS)]
     # chunks without a source are each their own document, in the order they came
     assert document_runs([Document(page_content="a"), Document(page_content="b")])[1][0].page_content == "b"
+
+
+def _copy(doc: Document) -> Document:
+    """What a vector store returns: the chunk's text and metadata in a new object."""
+    return Document(page_content=doc.page_content, metadata=dict(doc.metadata))
+
+
+def test_with_neighbours_adds_the_run_around_each_hit():
+    def retrieving(*hits):  # a retriever's answer: new objects with the chunks' text and metadata
+        return with_neighbours(RunnableLambda(lambda query: [_copy(h) for h in hits]), LOG + ROCKS, n=2)
+
+    assert retrieving(LOG[2]).invoke("q") == LOG[0:5]
+    assert retrieving(LOG[0]).invoke("q") == LOG[0:3]  # clipped at the document's ends
+    assert retrieving(ROCKS[-1]).invoke("q") == ROCKS[-3:]
+    # two hits whose runs meet: each chunk once; then the next hit's run
+    assert retrieving(LOG[4], LOG[3], ROCKS[0]).invoke("q") == LOG[2:7] + LOG[1:2] + ROCKS[0:3]
+    assert document_order(retrieving(LOG[4], ROCKS[1]).invoke("q")) == LOG[2:7] + ROCKS[0:4]
+    # a hit whose text is not the ingested chunk's, or without a place, comes alone
+    stale = Document(page_content="edited", metadata=dict(LOG[4].metadata))
+    loose = Document(page_content="no place")
+    assert retrieving(stale, loose).invoke("q") == [stale, loose]
+    assert with_neighbours(RunnableLambda(lambda q: [_copy(LOG[3])]), LOG, n=0).invoke("q") == LOG[3:4]
+    for bad, match in [({"n": -1}, "n must be how many chunks"), ({"n": True}, "n must be"),
+                       ({"chunks": ["text"]}, r"chunks\[0\] is a str"),
+                       ({"retriever": "store"}, "retriever must be a LangChain retriever")]:
+        with pytest.raises(ConfigError, match=match):
+            with_neighbours(**{"retriever": RunnableLambda(lambda q: []), "chunks": LOG, **bad})
 
 
 def test_qa_head_reads_the_prompt_or_says_what_it_needs():
@@ -112,3 +140,25 @@ def test_a_chain_in_document_order_links_every_chunk_behind(smol):
              "question": RunnablePassthrough()} | CHAT_PROMPT | llm
     meta = chain.invoke("How long did the lamp burn after entry 5?").response_metadata
     assert (meta["chunks_matched"], meta["chunks_behind"]) == (len(docs), len(docs))
+
+
+def test_one_hit_with_its_neighbours_links_them_behind_one_another(smol):
+    """``with_neighbours(retriever, chunks, 2) | document_order``: one retrieved chunk becomes the
+    run around it, and each chunk of the run with its compile context before it in the prompt
+    (the chain's leading text and two chunks, fewer at the document's start) links that entry."""
+    engine = RagPic(Config(store=None, device="cpu", compile_behind=2, max_new_tokens=4, **qa_head(CHAT_PROMPT)),
+                    lm=smol)
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+    add_documents_with_kv(store, LOG + ROCKS, engine)
+    llm = ChatRagPic(engine=engine)
+    seen = []
+    retriever = with_neighbours(store.as_retriever(search_kwargs={"k": 1}), LOG + ROCKS, 2)
+    context = retriever | document_order | (lambda found: seen.append(found) or format_docs(found))
+    chain = {"context": context, "question": RunnablePassthrough()} | CHAT_PROMPT | llm
+    meta = chain.with_config(callbacks=[llm.hints]).invoke("How long did the lamp burn after entry 5?").response_metadata
+    [run] = seen
+    source = next(r for r in (LOG, ROCKS) if r[0].metadata["source"] == run[0].metadata["source"])
+    places = [source.index(next(c for c in source if c.page_content == d.page_content)) for d in run]
+    assert len(run) >= 3 and places == list(range(places[0], places[0] + len(run)))
+    behind = sum(j - places[0] >= min(2, j) for j in places)  # what each was compiled behind is before it
+    assert (meta["chunks_matched"], meta["chunks_behind"], meta["chunks_compiled"]) == (len(run), behind, 0)

@@ -18,6 +18,7 @@ the prompt, so answers are the same either way (the hints save that scan).
 Document order: with ``Config(compile_behind=m)`` the ingest also compiles each source's chunks
 behind the chunks before them, :func:`document_order` (``retriever | document_order |
 format_docs``) puts retrieved chunks in their documents' order so a prompt links those entries,
+:func:`with_neighbours` wraps the retriever so that each hit comes with the run around it,
 and :func:`qa_head` gives the ``Config`` under which they read the prompt's own start
 (docs/ARCHITECTURE.md §1.3).
 """
@@ -26,7 +27,7 @@ from ragpic.config import kv_folder
 from ragpic.retriever_hooks.langchain.documents import page_text
 from ragpic.retriever_hooks.langchain.hints import RetrievalHints, messages_key, prompt_key
 from ragpic.retriever_hooks.langchain.ingest import add_documents_with_kv, compile_documents, compile_vectorstore
-from ragpic.retriever_hooks.langchain.order import document_order, document_runs, qa_head
+from ragpic.retriever_hooks.langchain.order import document_order, document_runs, qa_head, with_neighbours
 from ragpic.retriever_hooks.langchain.persist import faiss_from_documents, load_faiss
 
 __all__ = [
@@ -43,4 +44,5 @@ __all__ = [
     "page_text",
     "prompt_key",
     "qa_head",
+    "with_neighbours",
 ]

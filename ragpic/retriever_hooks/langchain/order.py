@@ -10,15 +10,18 @@ they come in, after those with one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.prompts import BasePromptTemplate
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
 
 from ragpic.engine.prompting import TEMPLATE_MARK, leading_text
 from ragpic.errors import ConfigError
 
-__all__ = ["document_order", "document_runs", "qa_head"]
+__all__ = ["document_order", "document_runs", "qa_head", "with_neighbours"]
 
 
 def _start(doc: Document) -> float:
@@ -43,6 +46,74 @@ def document_order(docs: Sequence[Document]) -> list[Document]:
     and :func:`~ragpic.retriever_hooks.langchain.compile_documents`, a chunk retrieved right
     after the chunks before it in its document then links the KV compiled behind them."""
     return [d for run in document_runs(docs) for d in run]
+
+
+def _place(doc: Document) -> tuple[str, int] | None:
+    """``(source, start_index)``: where a chunk is in its document, when its metadata says."""
+    source, start = doc.metadata.get("source"), _start(doc)
+    return (source, start) if isinstance(source, str) and source and start != float("inf") else None
+
+
+def _runs_around(chunks: Sequence[Document], n: int) -> Callable[[Sequence[Document]], list[Document]]:
+    """docs -> each with up to ``n`` chunks either side of it in its document, from ``chunks``;
+    each chunk once, the first copy seen kept."""
+    where = {_place(d): (run, i) for run in document_runs(chunks) for i, d in enumerate(run) if _place(d)}
+
+    def around(docs: Sequence[Document]) -> list[Document]:
+        out, seen = [], set()
+        for d in docs:
+            run, i = where.get(_place(d), (None, 0))
+            group = [d] if run is None or run[i].page_content != d.page_content else [
+                *run[max(0, i - n):i], d, *run[i + 1:i + 1 + n]]
+            for g in group:
+                key = _place(g) or id(g)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(g)
+        return out
+
+    return around
+
+
+class _WithNeighbours(BaseRetriever):
+    """A retriever whose hits come with their neighbours (:func:`with_neighbours`). A retriever,
+    not a step after one, so that :class:`~ragpic.retriever_hooks.langchain.RetrievalHints`
+    hears of the neighbours too: hints narrow the engine's search to what was retrieved."""
+
+    retriever: Runnable
+    around: Callable[[Sequence[Document]], list[Document]]
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        return self.around(self.retriever.invoke(query, config={"callbacks": run_manager.get_child()}))
+
+    async def _aget_relevant_documents(self, query: str, *,
+                                       run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
+        return self.around(await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}))
+
+
+def with_neighbours(retriever: Runnable, chunks: Iterable[Document], n: int = 1) -> BaseRetriever:
+    """``retriever``, each of its hits coming with up to ``n`` chunks either side of it in its
+    document, taken from ``chunks`` (the split documents as you ingested them) by
+    ``metadata["source"]`` and ``metadata["start_index"]``.
+
+    Top-k hits are a document's chunks with gaps between them, which link the entries compiled
+    alone; the runs around them link the ones compiled in order (``Config(compile_behind=m)``),
+    from each run's ``m + 1``-th chunk on (from its first where the run starts the document). A
+    hit without both keys, or whose text is not the ingested chunk's, comes alone; each chunk
+    comes once. In a chain: ``with_neighbours(store.as_retriever(), chunks, 2) | document_order |
+    format_docs``.
+    """
+    if not isinstance(retriever, Runnable):
+        raise ConfigError(f"retriever must be a LangChain retriever (or a Runnable returning Documents), "
+                          f"got {type(retriever).__name__}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError(f"n must be how many chunks to add on each side of a hit, an int >= 0, got {n!r}")
+    chunks = list(chunks)
+    bad = next((i for i, d in enumerate(chunks) if not isinstance(d, Document)), None)
+    if bad is not None:
+        raise ConfigError(f"chunks[{bad}] is a {type(chunks[bad]).__name__}, not a LangChain Document: pass the "
+                          "split documents you added to the vector store")
+    return _WithNeighbours(retriever=retriever, around=_runs_around(chunks, n))
 
 
 def qa_head(prompt: BasePromptTemplate, context_key: str = "context") -> dict[str, str]:
