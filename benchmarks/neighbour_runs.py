@@ -1,0 +1,98 @@
+"""A retrieved hit with its neighbours, linked from entries compiled in order (docs/RESULTS.md §39).
+
+What ``with_neighbours(retriever, chunks, 2)`` (LangChain) or ``PrevNextNodePostprocessor``
+(LlamaIndex) put in a prompt: the chunk that holds the answer with up to ``--neighbours``
+chunks either side of it, in document order, behind the prompt's leading text. Each RULER 4k
+prompt's document is compiled in order (``Config(compile_behind=m, compile_head=<the prompt's
+instruction>)``), then the run's prompt goes through ``RagPic.generate`` three ways on the same
+tokens: ``full``; ``legolink-16`` linking the entries compiled in order (a run that starts
+inside its document links its first ``m`` chunks alone); ``legolink-16`` linking every chunk
+alone (an engine without ``compile_behind`` on the same store). One pair of engines per task
+(the task's instruction is the head), so each request after the first finds the leading text
+in the engine's prefix cache, as a serving engine does; a task's first prompt runs twice, timed
+the second time.
+
+    python benchmarks/neighbour_runs.py GGUF [--tasks niah_multivalue,niah_multiquery] [--samples 4]
+        [--behind 2] [--neighbours 2] [--json OUT]
+
+(Prompts of seed 0, the evaluation's; bf16, held dense weights, 2 threads; a temporary store,
+exact KV.) Each speed-up is one request's TTFT against ``full``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import tempfile
+
+import torch
+
+from ragpic import Config, RagPic
+from ragpic.core.model import load_model
+from ragpic.eval.data import default_haystack, load_haystack, template_parts
+from ragpic.eval.ruler import score_answer
+from ragpic.eval.ruler_tasks import SYSTEM, generate_sample
+
+WAYS = ("behind", "alone")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("gguf")
+    p.add_argument("--tasks", default="niah_multivalue,niah_multiquery")
+    p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--length", type=int, default=4096)
+    p.add_argument("--behind", type=int, default=2, help="Config(compile_behind=m)")
+    p.add_argument("--neighbours", type=int, default=2, help="chunks either side of the hit")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    torch.set_num_threads(2)
+    lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
+    tok, haystack, rows = lm.tokenizer, load_haystack(default_haystack()), []
+    before = template_parts(tok, SYSTEM)[0]  # the chat opening the engine puts first with this system prompt
+    with tempfile.TemporaryDirectory() as store:
+        for task in args.tasks.split(","):
+            engines = {}
+            for i in range(args.samples):
+                s = generate_sample(tok, haystack, task, args.length, i)
+                if not engines:  # one pair per task (its instruction is the head), warmed up once, untimed
+                    common = dict(store=store, kv_quant="none", system_prompt=SYSTEM, max_new_tokens=s.max_new_tokens)
+                    engines = {"behind": RagPic(Config(compile_behind=args.behind, compile_head=s.prefix[len(before):],
+                                                       **common), lm=lm),
+                               "alone": RagPic(Config(**common), lm=lm)}
+                    warm = True
+                texts = [c.text for c in s.chunks]
+                engines["behind"].compile(texts, in_order=True, separator="")
+                at, ends = "".join(texts).index(s.expected[0]), list(itertools.accumulate(map(len, texts)))
+                hit = next(j for j, end in enumerate(ends) if at < end)  # the chunk the answer starts in
+                first, last = max(0, hit - args.neighbours), min(len(texts), hit + args.neighbours + 1)
+                run = texts[first:last]
+                prompt = s.prefix + "".join(run) + s.suffix
+                for _ in range(2 if warm else 1):  # the first pass of a process pays one-time costs
+                    full = engines["behind"].generate(prompt, hints=run, chat=False, method="full")
+                    got = {way: e.generate(prompt, hints=run, chat=False, method="legolink-16")
+                           for way, e in engines.items()}
+                warm = False
+                row = {"task": task, "sample": i, "hit": hit, "run": [first, last], "full": score_answer(s, full.text),
+                       "prompt_tokens": full.prompt_tokens, "full_ttft_s": full.ttft_s}
+                for way, g in got.items():
+                    row[way] = {"score": score_answer(s, g.text), "same": g.token_ids == full.token_ids,
+                                "chunks_loaded": g.chunks_loaded, "chunks_behind": g.chunks_behind,
+                                "recomputed": g.recomputed_tokens, "ttft_s": g.ttft_s, "speedup": full.ttft_s / g.ttft_s}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    total = sum(r["full"] for r in rows)
+    for way in WAYS:
+        print(f"{way}: {sum(r[way]['score'] for r in rows) / total:.0%} of full's score, "
+              f"{sum(r[way]['same'] for r in rows)}/{len(rows)} answers full's token for token, "
+              f"chunks behind {sum(r[way]['chunks_behind'] for r in rows)}/{sum(r['run'][1] - r['run'][0] for r in rows)}, "
+              f"median speed-up {statistics.median(r[way]['speedup'] for r in rows):.1f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
