@@ -21,68 +21,60 @@ exact KV.) Each speed-up is one request's TTFT against ``full``'s.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import statistics
 import tempfile
 
-import torch
-
 from ragpic import Config, RagPic
-from ragpic.core.model import load_model
-from ragpic.eval.data import default_haystack, load_haystack, template_parts
 from ragpic.eval.ruler import score_answer
-from ragpic.eval.ruler_tasks import SYSTEM, generate_sample
+from ragpic.eval.ruler_tasks import SYSTEM
+
+from compile_head_engine import engine_setup, ruler_samples
+from probe_ranks import ruler_parser
 
 WAYS = ("behind", "alone")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("gguf")
-    p.add_argument("--tasks", default="niah_multivalue,niah_multiquery")
-    p.add_argument("--samples", type=int, default=4)
+    p = ruler_parser(__doc__, "the GGUF")
+    p.set_defaults(tasks="niah_multivalue,niah_multiquery", samples=4)
     p.add_argument("--length", type=int, default=4096)
     p.add_argument("--behind", type=int, default=2, help="Config(compile_behind=m)")
     p.add_argument("--neighbours", type=int, default=2, help="chunks either side of the hit")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    torch.set_num_threads(2)
-    lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
-    tok, haystack, rows = lm.tokenizer, load_haystack(default_haystack()), []
-    before = template_parts(tok, SYSTEM)[0]  # the chat opening the engine puts first with this system prompt
+    lm, haystack, before = engine_setup(args.gguf)
+    tok, rows = lm.tokenizer, []
     with tempfile.TemporaryDirectory() as store:
-        for task in args.tasks.split(","):
-            engines = {}
-            for i in range(args.samples):
-                s = generate_sample(tok, haystack, task, args.length, i)
-                if not engines:  # one pair per task (its instruction is the head), warmed up once, untimed
-                    common = dict(store=store, kv_quant="none", system_prompt=SYSTEM, max_new_tokens=s.max_new_tokens)
-                    engines = {"behind": RagPic(Config(compile_behind=args.behind, compile_head=s.prefix[len(before):],
-                                                       **common), lm=lm),
-                               "alone": RagPic(Config(**common), lm=lm)}
-                    warm = True
-                texts = [c.text for c in s.chunks]
-                engines["behind"].compile(texts, in_order=True, separator="")
-                at, ends = "".join(texts).index(s.expected[0]), list(itertools.accumulate(map(len, texts)))
-                hit = next(j for j, end in enumerate(ends) if at < end)  # the chunk the answer starts in
-                first, last = max(0, hit - args.neighbours), min(len(texts), hit + args.neighbours + 1)
-                run = texts[first:last]
-                prompt = s.prefix + "".join(run) + s.suffix
-                for _ in range(2 if warm else 1):  # the first pass of a process pays one-time costs
-                    full = engines["behind"].generate(prompt, hints=run, chat=False, method="full")
-                    got = {way: e.generate(prompt, hints=run, chat=False, method="legolink-16")
-                           for way, e in engines.items()}
-                warm = False
-                row = {"task": task, "sample": i, "hit": hit, "run": [first, last], "full": score_answer(s, full.text),
-                       "prompt_tokens": full.prompt_tokens, "full_ttft_s": full.ttft_s}
-                for way, g in got.items():
-                    row[way] = {"score": score_answer(s, g.text), "same": g.token_ids == full.token_ids,
-                                "chunks_loaded": g.chunks_loaded, "chunks_behind": g.chunks_behind,
-                                "recomputed": g.recomputed_tokens, "ttft_s": g.ttft_s, "speedup": full.ttft_s / g.ttft_s}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+        engines, warm = {}, False
+        for s in ruler_samples(tok, haystack, args):
+            if engines.get("task") != s.task:  # one pair per task (its instruction is the head), warmed up once
+                common = dict(store=store, kv_quant="none", system_prompt=SYSTEM, max_new_tokens=s.max_new_tokens)
+                engines = {"task": s.task,
+                           "behind": RagPic(Config(compile_behind=args.behind, compile_head=s.prefix[len(before):],
+                                                   **common), lm=lm),
+                           "alone": RagPic(Config(**common), lm=lm)}
+                warm = True
+            texts = [c.text for c in s.chunks]
+            engines["behind"].compile(texts, in_order=True, separator="")
+            at, ends = "".join(texts).index(s.expected[0]), list(itertools.accumulate(map(len, texts)))
+            hit = next(j for j, end in enumerate(ends) if at < end)  # the chunk the answer starts in
+            first, last = max(0, hit - args.neighbours), min(len(texts), hit + args.neighbours + 1)
+            run = texts[first:last]
+            prompt = s.prefix + "".join(run) + s.suffix
+            for _ in range(2 if warm else 1):  # the first pass of a process pays one-time costs: untimed
+                full = engines["behind"].generate(prompt, hints=run, chat=False, method="full")
+                got = {way: engines[way].generate(prompt, hints=run, chat=False, method="legolink-16") for way in WAYS}
+            warm = False
+            row = {"task": s.task, "sample": s.index, "hit": hit, "run": [first, last], "full": score_answer(s, full.text),
+                   "prompt_tokens": full.prompt_tokens, "full_ttft_s": full.ttft_s}
+            for way, g in got.items():
+                row[way] = {"score": score_answer(s, g.text), "same": g.token_ids == full.token_ids,
+                            "chunks_loaded": g.chunks_loaded, "chunks_behind": g.chunks_behind,
+                            "recomputed": g.recomputed_tokens, "ttft_s": g.ttft_s, "speedup": full.ttft_s / g.ttft_s}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     total = sum(r["full"] for r in rows)
     for way in WAYS:
         print(f"{way}: {sum(r[way]['score'] for r in rows) / total:.0%} of full's score, "
