@@ -16,11 +16,9 @@ import argparse
 import json
 import time
 
-import torch
-
 from ragpic import Config, RagPic
-from ragpic.core.model import load_model
-from ragpic.eval.data import default_haystack, load_haystack
+
+from compile_head_engine import engine_setup
 
 HEAD = "Read the document below, then answer the question after it.\n\n"
 
@@ -39,9 +37,8 @@ def main() -> None:
     p.add_argument("--behind", default="2,4,8")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    torch.set_num_threads(2)
-    lm = load_model(args.gguf, device="cpu", dtype="bfloat16", hold_dense=True)
-    texts = chunks_of(lm.tokenizer, load_haystack(default_haystack()), args.tokens, args.chunk_tokens)
+    lm, haystack, _ = engine_setup(args.gguf)
+    texts = chunks_of(lm.tokenizer, haystack, args.tokens, args.chunk_tokens)
     prompt = HEAD + "".join(texts) + "\n\nQuestion: what is the document about?"
     rows = []
 

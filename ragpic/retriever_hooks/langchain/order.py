@@ -24,6 +24,11 @@ from ragpic.errors import ConfigError
 __all__ = ["document_order", "document_runs", "qa_head", "with_neighbours"]
 
 
+def _source(doc: Document) -> str | None:
+    source = doc.metadata.get("source")
+    return source if isinstance(source, str) and source else None
+
+
 def _start(doc: Document) -> float:
     start = doc.metadata.get("start_index")
     return start if isinstance(start, int) and not isinstance(start, bool) else float("inf")
@@ -34,8 +39,8 @@ def document_runs(docs: Iterable[Document]) -> list[list[Document]]:
     sorted by ``metadata["start_index"]`` (stable: chunks without one keep their order, last)."""
     runs: dict[object, list[Document]] = {}
     for i, d in enumerate(docs):
-        source = d.metadata.get("source")
-        runs.setdefault(("source", source) if isinstance(source, str) and source else ("alone", i), []).append(d)
+        source = _source(d)
+        runs.setdefault(("source", source) if source else ("alone", i), []).append(d)
     return [sorted(run, key=_start) for run in runs.values()]
 
 
@@ -50,14 +55,14 @@ def document_order(docs: Sequence[Document]) -> list[Document]:
 
 def _place(doc: Document) -> tuple[str, int] | None:
     """``(source, start_index)``: where a chunk is in its document, when its metadata says."""
-    source, start = doc.metadata.get("source"), _start(doc)
-    return (source, start) if isinstance(source, str) and source and start != float("inf") else None
+    source, start = _source(doc), _start(doc)
+    return (source, int(start)) if source and start != float("inf") else None
 
 
 def _runs_around(chunks: Sequence[Document], n: int) -> Callable[[Sequence[Document]], list[Document]]:
     """docs -> each with up to ``n`` chunks either side of it in its document, from ``chunks``;
     each chunk once, the first copy seen kept."""
-    where = {_place(d): (run, i) for run in document_runs(chunks) for i, d in enumerate(run) if _place(d)}
+    where = {place: (run, i) for run in document_runs(chunks) for i, d in enumerate(run) if (place := _place(d))}
 
     def around(docs: Sequence[Document]) -> list[Document]:
         out, seen = [], set()
