@@ -44,10 +44,12 @@ def test_compile_for_puts_the_leading_text_before_every_chunk():
     assert [kv.base_position for kv in kvs["plain@head"]] == [3, 3, 3]
     assert [kv.base_position for kv in kvs["plain@head@prev1"]] == [3, 6, 5]
     assert [kv.base_position for kv in kvs["plain@head1@prev1"]] == [1, 4, 3]  # the leading text's first id only
-    # the first chunk reads the leading text alone either way; the others read other text
-    assert torch.equal(kvs["plain@head"][0].keys, kvs["plain@head@prev1"][0].keys)
-    assert kvs["plain@head"][0].recipe != "plain" and not torch.equal(kvs["plain@head"][1].keys,
-                                                                      kvs["plain@head@prev1"][1].keys)
+    # the first chunk reads the leading text alone either way; the others read other text. The two
+    # first chunks come from forwards of different batch shapes, so they agree to rounding (CPUs
+    # differ in the last bits: the exactness tests' fp32 bound), not bit for bit
+    torch.testing.assert_close(kvs["plain@head"][0].keys, kvs["plain@head@prev1"][0].keys, rtol=0, atol=1e-5)
+    assert kvs["plain@head"][0].recipe != "plain"
+    assert (kvs["plain@head"][1].keys - kvs["plain@head@prev1"][1].keys).abs().max() > 1e-2
     with pytest.raises(ConfigError, match="no leading text"):
         compile_for(lm, ids, ["naive@head"])
     with pytest.raises(ConfigError, match="drop '@chat'"):
