@@ -4,7 +4,7 @@ the server (docs/ARCHITECTURE.md §2).
 - :mod:`~ragpic.cli.main`: the parser of every command and :func:`main` (exit codes);
 - :mod:`ragpic.cmdline`: the argument types and checks every command shares, run before a
   model loads, and the exit codes (shared with ``python -m ragpic.demo``, so outside this
-  package; :mod:`~ragpic.cli.args` keeps their old import path);
+  package);
 - one module per command family: :mod:`~ragpic.cli.eval` (``eval``, ``eval needle``,
   ``bench``), :mod:`~ragpic.cli.ruler` (``eval ruler``), :mod:`~ragpic.cli.store`
   (``store check|stats``), :mod:`~ragpic.cli.serve`, :mod:`~ragpic.cli.model`; ``demo``'s

@@ -27,9 +27,9 @@ from ragpic.core.forward import cache_kwarg
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention import grouped_sdpa, uses_banded_attention
 from ragpic.core.ops.linked_cache import LinkedCache
-from ragpic.errors import BatchNotHonoured  # defined there, importable from here as before
+from ragpic.errors import BatchNotHonoured
 
-__all__ = ["BatchNotHonoured", "BatchedCache", "batched_decode_step", "supports_batching"]
+__all__ = ["BatchedCache", "batched_decode_step", "supports_batching"]
 
 
 class _BatchLayer(CacheLayerMixin):

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.batch import BatchNotHonoured, batched_decode_step, supports_batching
+from ragpic.core.batch import batched_decode_step, supports_batching
 from ragpic.core.decode import Decoder, Sampling
 from ragpic.engine.detok import Detokenizer
 from ragpic.core.forward import forward_rows
@@ -34,6 +34,7 @@ from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, segment_starts
 from ragpic.engine.generation import Generation, MatchStats
 from ragpic.engine.prefix import PrefixCache
+from ragpic.errors import BatchNotHonoured
 
 __all__ = ["LinkedRequest", "step_many", "token_counts"]
 

@@ -96,9 +96,9 @@ def test_empty_prompt_is_refused():
         link(tiny_lm(), [Segment(token_ids=torch.zeros(0, dtype=torch.long))], "full")
 
 
-def test_adapter_errors_live_in_errors_and_keep_their_old_import_paths():
+def test_adapter_errors_live_in_errors_and_the_server_modules_that_raise_them_re_export_them():
     from ragpic import errors
-    from ragpic.cli.args import UsageError
+    from ragpic.errors import UsageError
     from ragpic.serve.bodies import BadRequest
     from ragpic.serve.scheduler import QueueFull
 

@@ -85,9 +85,9 @@ def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch)
     """A model whose attention does not honour its batched plan is stepped one request at a
     time, with the same ids (``step`` says so, and the scheduler stops batching)."""
     from ragpic import Config, RagPic
-    from ragpic.core.batch import BatchNotHonoured
     from ragpic.core.ops.linked_cache import SlabPool
     from ragpic.engine import request as running_request
+    from ragpic.errors import BatchNotHonoured
     from ragpic.serve import running
     from ragpic.serve.job import GenJob
 
