@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ragpic.core.methods import METHOD_HELP, parse_method, split_variant  # stdlib-only, as kv_quant
+from ragpic.core.methods import parse_method, parse_variant  # stdlib-only, as kv_quant
 from ragpic.errors import ConfigError, RagPicError, UsageError
 
 __all__ = ["DTYPE_HELP", "Parser", "at_least", "csv_of", "fraction", "method_name", "method_list", "device_name",
@@ -79,32 +79,29 @@ def csv_of(kind):
     return parse
 
 
-def method_name(text: str, *, variants: bool = False, bare_legolink: bool = False) -> str:
-    """An argparse type: a link method (``@head`` / ``@chat`` / ``@prev<m>`` / ``@int8`` / ``@int4``
-    suffixes allowed when ``variants``: :func:`ragpic.core.methods.split_variant`)."""
-    method, _, tags = text.strip().partition("@")
-    if tags and not variants:
+def method_name(text: str, *, variants: bool = False, experimental: bool = False, bare_legolink: bool = False) -> str:
+    """An argparse type: a link method, as :func:`ragpic.core.methods.parse_method` reads it (a
+    public name, or ``experimental:<recipe>``). ``experimental``: an evaluation's recipe, which may
+    be an experimental one written bare; ``variants``: also the ``@head`` / ``@chat`` /
+    ``@prev<m>`` / ``@int8`` / ``@int4`` variants (:func:`ragpic.core.methods.parse_variant`).
+    ``bare_legolink``: a bare ``legolink`` passes (``ragpic bench`` gives it ``--k``)."""
+    if bare_legolink and text.strip().lower() == "legolink":
+        return text.strip()
+    if "@" in text and not variants:
         raise argparse.ArgumentTypeError(f"{text!r}: '@' variants ('@head', '@chat', '@prev<m>', '@int8', '@int4') are "
                                          f"for the evaluations only; give the method alone, e.g. legolink-16")
-    if tags:
-        try:
-            method = split_variant(text)[0]
-        except ConfigError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    if bare_legolink and method.lower() == "legolink":
-        return text.strip()
     try:
-        parse_method(method)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(f"unknown link method {text!r}: {METHOD_HELP}") from None
+        parse_variant(text) if variants else parse_method(text, experimental=experimental)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text.strip()
 
 
 def method_list(*, variants: bool = False, bare_legolink: bool = False):
-    """An argparse type: a comma-separated list of named link methods (evaluations compare
-    recipes, so not ``auto``, which the engine resolves per model)."""
+    """An argparse type: a comma-separated list of named link methods, an evaluation's (so
+    experimental recipes may be written bare; not ``auto``, which the engine resolves per model)."""
     def one(text: str) -> str:
-        name = method_name(text, variants=variants, bare_legolink=bare_legolink)
+        name = method_name(text, variants=variants, experimental=True, bare_legolink=bare_legolink)
         if name.partition("@")[0].strip().lower() == "auto":
             raise argparse.ArgumentTypeError("'auto' is chosen per model from its calibration: list the recipes "
                                              "to compare (`ragpic calibrate` shows which one auto picks)")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ragpic.checks import check_int, check_number
 from ragpic.core.kv_quant import KVQuant, parse_kv_quant
-from ragpic.core.methods import parse_method
+from ragpic.core.methods import Method, parse_method
 from ragpic.core.weights import WeightFormat, parse_weights
 from ragpic.errors import ConfigError
 from ragpic.paths import cache_dir, kv_folder  # re-exported: ragpic.kv_folder, ragpic.config.cache_dir
@@ -39,15 +39,16 @@ class Config:
             made, so links and prefills skip the dequantization: ~1.2 s a pass on the 1.5B,
             for the dense weights' memory (~2 bytes a weight in bf16); decode still reads the
             quantized weights, and the fingerprint does not change (docs/RESULTS.md §24).
-        method: link method: ``legolink-<k>`` (default ``legolink-16``), ``legolink-0``,
-            ``naive``, ``cacheblend-<percent>``, ``qr-<percent>[-k<k>]`` (query-guided recompute,
-            :mod:`ragpic.core.link.query_guided`), ``qp-<percent>[-k<k>][-d<percent>]`` (its
-            one-pass form, :mod:`ragpic.core.link.query_probe`; ``-h<n>`` adds second-order
-            selection and ``-w`` the question's rare words, :mod:`ragpic.core.link.hops`;
-            ``qr``'s ``-t<m>`` recomputes the question's last ``m`` rows only), ``full``, or
-            ``auto``: the fastest recipe that keeps ``fidelity`` of ``full``'s score in this model's calibration
-            (``ragpic calibrate``; ``legolink-16`` without one, said once in the log;
-            :mod:`ragpic.engine.calibration`).
+        method: how chunks are linked (docs: *Choosing a method*): ``"auto"`` (the default: the
+            fastest preset that keeps ``fidelity`` of ``full``'s score on this model, from the
+            calibration shipped for the models ragpic installs or your own ``ragpic calibrate``;
+            without one, :data:`ragpic.engine.calibration.FALLBACK`, said once in the log), a
+            preset (``"fast"``, ``"balanced"``, ``"faithful"``: :data:`ragpic.core.methods.PRESETS`),
+            ``"full"`` (prefill everything: exactly the model's own answer), ``"naive"`` (the
+            cached KV as it is, the question recomputed) or ``"legolink-<k>"`` (EPIC's LegoLink:
+            each chunk's first ``k`` tokens recomputed; ``legolink-0`` compiles behind dummy
+            tokens). Experimental recipes are written ``"experimental:<recipe>"``
+            (:mod:`ragpic.core.methods`).
         fidelity: ``auto``'s target: the share of ``full``'s score, in (0, 1], a recipe must keep
             on every calibration task ``full`` can do.
         store: where compiled KV lives: a folder (put it beside your vector index, see
@@ -102,7 +103,7 @@ class Config:
     dtype: str | None = None
     weights: str | WeightFormat = "auto"
     hold_dense: bool = False
-    method: str = "legolink-16"
+    method: str | Method = "auto"
     fidelity: float = 0.97
     store: str | None = None
     store_size_limit_gb: float = 8.0
@@ -121,7 +122,7 @@ class Config:
     compile_head: bool | str = False
 
     def __post_init__(self) -> None:
-        parse_method(self.method)  # raises with the list of valid methods
+        parse_method(self.method)  # raises with the list of valid methods; kept as given (a name or a Method)
         self.kv_quant = parse_kv_quant(self.kv_quant)  # parsed here; a KVQuant below
         self.weights = parse_weights(self.weights)
         for name in ("hold_dense", "compile_on_miss"):

@@ -25,17 +25,18 @@ ALLOWED = {
     "ragpic.paths": (),  # where files live: the bottom, stdlib only
     "ragpic.checks": ("ragpic.errors",),
     "ragpic.core.ops": ("ragpic.core.ops", "ragpic.errors"),
-    "ragpic.core.methods": ("ragpic.core.kv_quant", "ragpic.errors"),  # both stdlib-only leaves
+    "ragpic.core.compile_recipe": ("ragpic.errors",),  # stdlib only, as the methods
+    "ragpic.core.methods": ("ragpic.core.compile_recipe", "ragpic.core.kv_quant", "ragpic.errors"),  # stdlib-only leaves
     "ragpic.core.kv_quant": ("ragpic.errors",),
     # weight formats: the name table (stdlib), its layers and the GGUF block maps, below the model record
     "ragpic.core.weights.formats": ("ragpic.errors",),
     "ragpic.core.weights": ("ragpic.core.weights", "ragpic.core.ops", "ragpic.errors"),
     # below the link (docs/ARCHITECTURE.md §2): chunk KV and segments, the model record, the
     # forward step and decode never import ragpic.core.link
-    "ragpic.core.kv": ("ragpic.core.methods", "ragpic.core.ops", "ragpic.errors"),
+    "ragpic.core.kv": ("ragpic.core.compile_recipe", "ragpic.core.methods", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.segments": ("ragpic.core.kv", "ragpic.errors"),
     "ragpic.core.model": ("ragpic.core.default_model", "ragpic.core.fingerprint", "ragpic.core.gguf", "ragpic.core.ops",
-                          "ragpic.core.weights", "ragpic.errors"),
+                          "ragpic.core.weights", "ragpic.errors", "ragpic.paths"),  # paths: the embedded model's file
     "ragpic.core.decode_step": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.forward": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.decode": ("ragpic.core.decode_step", "ragpic.core.forward", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks",
@@ -47,7 +48,8 @@ ALLOWED = {
     # the argument types, parser and exit codes of both command lines (ragpic.cli, ragpic.demo)
     "ragpic.cmdline": ("ragpic.core.methods", "ragpic.core.kv_quant", "ragpic.core.gguf", "ragpic.errors"),
     # inside the cache, layers flow tools -> store -> backends -> format (ARCHITECTURE §2)
-    "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.kv", "ragpic.core.kv_quant", "ragpic.core.methods",
+    "ragpic.cache.format": ("ragpic.cache.format", "ragpic.core.compile_recipe", "ragpic.core.kv", "ragpic.core.kv_quant",
+                            "ragpic.core.methods",
                             "ragpic.errors"),
     "ragpic.cache.backends": ("ragpic.cache.backends", "ragpic.cache.format", "ragpic.errors"),
     "ragpic.cache.store": ("ragpic.cache.store", "ragpic.cache.backends", "ragpic.cache.format", "ragpic.core.kv",
@@ -251,8 +253,9 @@ def test_ray_is_imported_only_inside_the_ray_driver_s_functions():
 # What ragpic.serve and ragpic.eval may take from ragpic.core: type names (for annotations and
 # the records they read), never a function that runs part of the pipeline: that is the engine's.
 CORE_TYPES = {"ChunkKV", "KVQuant", "LinkResult", "LoadedModel", "Method", "Sampling", "Segment", "SlabPool"}
-# The evaluations' edge parses the method names a command line gives (ragpic/eval/variants.py).
-CORE_EDGE = {"ragpic.eval.variants": {"parse_method", "split_variant"}}
+# The evaluations' edge parses the method names a command line gives (ragpic/eval/variants.py), and
+# the calibration names the presets it measures by default.
+CORE_EDGE = {"ragpic.eval.variants": {"parse_variant"}, "ragpic.eval.calibrate": {"PRESETS", "parse_variant"}}
 
 
 def core_names_imported(name: str, path: Path) -> set[str]:

@@ -13,7 +13,7 @@ from ragpic.cli.eval import _check_common, _load, _progress, _write_json, add_mo
 from ragpic.cli.ruler import TASK_NAMES, _task_list
 from ragpic.cmdline import at_least, csv_of, method_list
 from ragpic.config import Config
-from ragpic.core.methods import split_variant
+from ragpic.core.methods import parse_variant
 from ragpic.errors import ConfigError, UsageError
 
 DESCRIPTION = """Measure, once per model, how much of full's accuracy each link recipe keeps and
@@ -40,7 +40,7 @@ prompts' own instruction standing in for yours). auto then links a prompt that t
 its chunks from such entries with the fastest of those rows that keeps the fidelity (about
 1.4 minutes more per recipe on the 0.5B)."""
 
-DEFAULT_RECIPES = "legolink-16,qr-3-k4-h1-w-s,qr-4-k4-h1-w-s,qp-10,qr-10"  # ragpic.eval.calibrate.DEFAULT_RECIPES
+DEFAULT_RECIPES = "fast,balanced,faithful"  # ragpic.eval.calibrate.DEFAULT_RECIPES: the presets
 
 
 def _fidelity(text: str) -> float:
@@ -86,13 +86,15 @@ def check_calibrate(args) -> None:
             Config(compile_behind=args.compile_behind)  # its bound, in its words
             for r in args.recipes:
                 if r.lower() != "full":
-                    split_variant(f"{r}@prev{args.compile_behind}")
+                    parse_variant(f"{r}@prev{args.compile_behind}")
         except ConfigError as e:
             raise UsageError(f"--compile-behind: {e}") from None
 
 
 def cmd_calibrate(args) -> int:
-    from ragpic.engine.calibration import save_calibration
+    from dataclasses import replace
+
+    from ragpic.engine.calibration_file import save_calibration, to_json
     from ragpic.eval.calibrate import format_calibration, run_calibration
 
     lm = _load(args)
@@ -100,10 +102,9 @@ def cmd_calibrate(args) -> int:
                           musique=args.musique, progress=_progress(args), prefix_cache=args.prefix_cache,
                           behind=args.compile_behind,
                           head={"none": "", "chat": "chat", "text": "head"}[args.compile_head])
+    cal = replace(cal, made={**cal.made, "command": "ragpic " + " ".join(args.argv)})
     print(format_calibration(cal, args.fidelity))
     path = save_calibration(cal, args.dir)
     print(f"wrote {path}", file=sys.stderr)
-    _write_json(args.json_out, {"calibration": str(path), "fingerprint": cal.fingerprint, "full_scores": cal.full_scores,
-                                "recipes": [{"method": r.method, "shares": r.shares, "speedup": r.speedup}
-                                            for r in cal.recipes], "setup": cal.setup})
+    _write_json(args.json_out, {"calibration": str(path), **to_json(cal)})
     return 0

@@ -45,9 +45,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="model dtype, as the app that links will load it (part of every key)")
     p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto", help="weight format (part of every key)")
     p.add_argument("--kv-quant", choices=KV_NAMES, default="int8", help="how KV is stored (default int8)")
-    p.add_argument("--method", type=method_name, default="legolink-16",
-                   help="the link method the app uses: it picks the compile recipe (default legolink-16; "
-                        "auto: the model's calibrated choice)")
+    p.add_argument("--method", type=method_name, default="auto",
+                   help="the link method the app uses: it picks the compile recipe (default auto, as Config's; "
+                        "only legolink-0 compiles differently)")
     p.add_argument("--chunker", choices=["llamaindex", "langchain", "none"], default="llamaindex",
                    help="how documents become chunks (default llamaindex; none: one chunk per document)")
     p.add_argument("--chunk-tokens", type=at_least(16), default=512, help="chunk size in model tokens (default "

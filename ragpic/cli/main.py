@@ -67,6 +67,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args = build().parse_args(argv[2:])
     else:
         args = build_parser().parse_args(argv)
+    args.argv = list(argv)  # the command line as given: what a calibration file says made it
     check = getattr(args, "check", None)
     if check is not None:
         check(args)

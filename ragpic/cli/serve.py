@@ -1,7 +1,7 @@
 """``ragpic serve``: start the OpenAI-compatible server (wired into ``ragpic/cli/main.py``).
 
 Every argument is checked before the model loads (one-line errors, exit 2). Defaults: the
-embedded SmolLM2, ``legolink-16``, a folder store under ``ragpic.paths.cache_dir()/serve/kv``,
+embedded SmolLM2, ``auto``, a folder store under ``ragpic.paths.cache_dir()/serve/kv``,
 127.0.0.1:8000. ``--store redis://host:port/db`` shares compiled KV (and the chunk index)
 with every other replica on that Redis.
 """
@@ -31,7 +31,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--model-id", default=None, help="name clients pass as model (default: the model's name)")
     p.add_argument("--store", default=None, help="KV store: a folder or redis://host:port/db "
                                                  "(default: <ragpic cache dir>/serve/kv)")
-    p.add_argument("--method", type=method_name, default="legolink-16", help="link method (default legolink-16; auto: the model's calibrated choice, `ragpic calibrate`)")
+    p.add_argument("--method", type=method_name, default="auto",
+                   help="link method (default auto: the fastest preset keeping full's score on this model's calibration; "
+                        "fast, balanced, faithful, full, naive, legolink-<k>)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=at_least(0), default=8000, help="port (default 8000)")
     p.add_argument("--api-key", action="append", default=None,
@@ -176,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                              body_timeout=args.body_timeout or None, docs=args.docs,
                              max_compile_tokens=args.max_compile_tokens or None)
     app = create_app(engine, settings)
-    method = engine.method_of().name + (" = auto" if args.method.lower() == "auto" else "")
+    method = ("auto = " if args.method.strip().lower() == "auto" else "") + engine.method_of().label
     print(f"ragpic serve: {settings.model_id} ({method}) on http://{args.host}:{args.port}/v1", flush=True)
     http = protocol_with_header_timeout(args.header_timeout) if args.header_timeout else "h11"
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, http=http,

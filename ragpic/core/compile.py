@@ -11,7 +11,7 @@ from transformers.cache_utils import DynamicCache
 from ragpic.core.decode import eos_token_ids
 from ragpic.core.forward import prefill
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import PLAIN, context_recipe, recipe_dummies
+from ragpic.core.compile_recipe import PLAIN, context_recipe, recipe_dummies
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.errors import ChunkError

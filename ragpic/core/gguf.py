@@ -24,7 +24,7 @@ from ragpic.paths import cache_dir
 from ragpic.core.gguf_header import GGUFHeader, read_header
 from ragpic.errors import ModelFileError, UnsupportedModelError
 
-__all__ = ["GGUF_ARCHITECTURES", "GGUFHeader", "check_gguf", "convert_gguf", "file_sha256", "gguf_model_dir",
+__all__ = ["GGUF_ARCHITECTURES", "GGUFHeader", "check_gguf", "convert_gguf", "file_sha256", "gguf_model_dir", "known_sha256",
            "is_gguf_path", "read_header"]
 
 # GGUF ``general.architecture`` values ragpic converts: transformers' GGUF reader reads them AND
@@ -85,7 +85,7 @@ def file_sha256(path: str | os.PathLike, *, label: str | None = None) -> str:
     return digest.hexdigest()
 
 
-def _known_sha256(path: Path) -> str:
+def known_sha256(path: Path) -> str:
     """The file's SHA-256, remembered under the cache by (path, size, mtime) so a 1 GB file is
     hashed once per change, not once per load."""
     st = path.stat()
@@ -119,7 +119,7 @@ def gguf_model_dir(path: str | os.PathLike, dtype, *, option: str = "model") -> 
     """
     path = Path(path).expanduser()
     header = check_gguf(path, option)
-    digest = _known_sha256(path)
+    digest = known_sha256(path)
     target = cache_dir() / "models" / "gguf" / f"{path.stem}-{digest[:16]}-{_dtype_name(dtype)}"
     if (target / "config.json").exists():
         return target

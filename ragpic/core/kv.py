@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ragpic.core.methods import PLAIN
+from ragpic.core.compile_recipe import PLAIN
 from ragpic.core.ops.device import to_device
 
 __all__ = ["ChunkKV", "dequantize_int8", "device_kv", "quantize_int8", "rotate_keys"]

@@ -18,12 +18,13 @@ import torch
 
 from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
-from ragpic.core.gguf import check_gguf, gguf_model_dir, is_gguf_path
+from ragpic.core.gguf import check_gguf, gguf_model_dir, is_gguf_path, known_sha256
 from ragpic.core.ops import attention
 from ragpic.core.ops.attention import ATTENTION_NAME, AttentionPlan, Band, banded_sdpa, uses_banded_attention
 from ragpic.core.ops.device import auto_dtype, default_dtype, normalize_device
 from ragpic.core.weights import WeightFormat, parse_weights
 from ragpic.errors import UnsupportedModelError
+from ragpic.paths import default_gguf
 
 __all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "load_tokenizer",
            "use_banded_attention", "wrap_model"]
@@ -54,6 +55,9 @@ class LoadedModel:
             block (:mod:`ragpic.core.ops.key_blocks`); False keeps one call per band.
         weights: how the weights are held (:class:`~ragpic.core.weights.WeightFormat`, never auto).
         weights_summary: what loading did to them (which tensors stayed the file's own), or "".
+        source_sha256: SHA-256 of the GGUF file the weights came from (the embedded model's
+            too), ``""`` for any other model: the same under every weights format and dtype, so a
+            calibration shipped for that file finds it (:mod:`ragpic.engine.calibration_file`).
     """
 
     model: torch.nn.Module
@@ -72,6 +76,7 @@ class LoadedModel:
     key_blocks: bool = True
     weights: WeightFormat = WeightFormat.DENSE
     weights_summary: str = ""
+    source_sha256: str = ""
     decode_step: object | None = field(default=None, repr=False, compare=False)  # core.decode_step, made once
 
     @property
@@ -156,7 +161,7 @@ def use_banded_attention(model: torch.nn.Module) -> bool:
 
 def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
                banded_attention: bool = False, weights: WeightFormat = WeightFormat.DENSE,
-               weights_summary: str = "") -> LoadedModel:
+               weights_summary: str = "", source_sha256: str = "") -> LoadedModel:
     """Check an already-loaded model + tokenizer and wrap it for compile/link.
 
     Args:
@@ -187,6 +192,7 @@ def wrap_model(model: torch.nn.Module, tokenizer, name: str = "custom", *,
         sliding_window=_sliding_window(cfg),
         weights=weights,
         weights_summary=weights_summary,
+        source_sha256=source_sha256,
     )
 
 
@@ -286,8 +292,10 @@ def load_model(
 
         held = hold_dense_weights(model, True)
         summary = f"{summary}; " * bool(summary) + f"dense copies of {held} layers held for prefill"
+    source_file = gguf_file if gguf_file is not None else default_gguf() if name == DEFAULT_MODEL else None
+    source = known_sha256(Path(source_file).expanduser()) if source_file is not None else ""
     return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention, weights=fmt,
-                      weights_summary=summary)
+                      weights_summary=summary, source_sha256=source)
 
 
 def load_tokenizer(name_or_path: str | None = None):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ragpic.config import Config
-from ragpic.core.methods import PLAIN, parse_method
+from ragpic.core.compile_recipe import PLAIN
+from ragpic.core.methods import parse_method
 from ragpic.corpus.chunking import check_chunking
 from ragpic.errors import UsageError
 
@@ -46,7 +47,7 @@ class CompileJob:
     dtype: str | None = None
     weights: str = "auto"
     kv_quant: str = "int8"
-    method: str = "legolink-16"
+    method: str = "auto"
     chunker: str = "llamaindex"
     chunk_tokens: int = 512
     batch_chunks: int = 32
@@ -61,7 +62,8 @@ class CompileJob:
         if not isinstance(self.batch_chunks, int) or self.batch_chunks < 1:
             raise UsageError(f"batch_chunks must be a whole number >= 1, got {self.batch_chunks!r}")
         self.config()  # model, dtype, weights, KV format and method checked before any work
-        if self.compile_behind and parse_method(self.method).recipe != PLAIN:
+        method = parse_method(self.method)
+        if self.compile_behind and method.kind != "auto" and method.recipe != PLAIN:
             raise UsageError(f"compile_behind needs a method that links plain chunks (e.g. legolink-16), "
                              f"got method {self.method!r}, which compiles behind dummy tokens")
 

@@ -68,9 +68,8 @@ def answer(engines: dict, question: str, out) -> dict:
               f"chunks loaded {g.chunks_loaded}/{g.chunks_matched}  -> {text!r}", file=out)
     full, linked = rows["full"][1], rows["linked"][1]
     if rows["full"][0] != rows["linked"][0]:  # say so: linking is close to full prefill, not identical
-        print("  the answers differ: linking is close to full prefill, not exact (measured on SmolLM2-135M,"
-              " legolink-16: ~84% of answer tokens agree with full, a different answer about half the time;"
-              " docs/RESULTS.md §1, §12 for larger models)", file=out)
+        print(f"  the answers differ: {linked.method} links close to full prefill, not exactly (how close, per model"
+              " and method: docs/RESULTS.md, *Choosing a method*)", file=out)
     print(f"  TTFT speed-up: {full.ttft_s / linked.ttft_s:.1f}x on a {full.prompt_tokens}-token prompt"
           f"{_why_small(linked)}", file=out)
     return {k: v[1] for k, v in rows.items()}

@@ -19,7 +19,7 @@ PROG = "ragpic demo"
 
 DESCRIPTION = """A LlamaIndex RAG app over a folder of .txt/.md documents (default: ten short
 showcase documents bundled with ragpic, and a question about them), answering each question
-twice: with `full` prefill and with linked KV (`--method`, default legolink-16). Prints the
+twice: with `full` prefill and with linked KV (`--method`, default auto). Prints the
 retrieved chunks with their similarity, both answers, the tokens recomputed, store hits, and
 both times to first token and to the whole answer.
 
@@ -39,9 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", help="where the FAISS index (and the KV, in its kv/ subfolder) is persisted "
                    "(default: ~/.cache/ragpic/demo/<name>-<hash of the folder's path>)")
     p.add_argument("--store", help="KV store instead of <index>/kv: a folder or redis://host:port/0")
-    p.add_argument("--method", type=method_name, default="legolink-16",
-                   help="link method compared with full (legolink-<k>, legolink-0, naive, cacheblend-<r>, qr-<r>, "
-                   "qp-<r>, auto)")
+    p.add_argument("--method", type=method_name, default="auto",
+                   help="link method compared with full (default auto: the fastest preset keeping full's score on "
+                        "this model; fast, balanced, faithful, naive, legolink-<k>)")
     p.add_argument("--top-k", type=at_least(1), default=4, help="chunks retrieved per question (>= 1)")
     p.add_argument("--chunk-tokens", type=at_least(64), default=512, help="chunk size at ingest, in model tokens")
     p.add_argument("--max-new-tokens", type=at_least(1), default=32, help="answer length limit")

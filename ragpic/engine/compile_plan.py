@@ -18,7 +18,8 @@ from typing import Any, Protocol
 from ragpic.checks import check_texts
 from ragpic.core.compile import compile_chunks
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import Method, recipe_dummies
+from ragpic.core.compile_recipe import recipe_dummies
+from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
 from ragpic.errors import ChunkError
 

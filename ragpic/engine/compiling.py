@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from ragpic.core.compile import ChunkInParts, compile_chunks
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import Method, recipe_dummies
+from ragpic.core.compile_recipe import recipe_dummies
+from ragpic.core.methods import Method
 
 if TYPE_CHECKING:
     from ragpic.engine.engine import RagPic

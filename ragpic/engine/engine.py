@@ -17,14 +17,16 @@ from ragpic.config import Config
 from ragpic.core.decode import Sampling
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import linker_for
-from ragpic.core.methods import PLAIN, Method, parse_method
+from ragpic.core.compile_recipe import PLAIN
+from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.linked_cache import SlabPool
 from ragpic.core.segments import Segment, split_prompt, text_segment
 from ragpic.checks import check_number, check_text
 from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, GenerationTimeout
-from ragpic.engine.calibration import Choice, choose, load_calibration
+from ragpic.engine.calibration import Choice, choose
+from ragpic.engine.calibration_file import find_calibration
 from ragpic.engine.compile_plan import compile_and_store, plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
 from ragpic.engine.in_order import check_in_order, compile_in_order, context_ids, entries_behind
@@ -44,7 +46,7 @@ class RagPic:
     """Compile chunk KV once, link it into any prompt that contains those chunks.
 
     Args:
-        config: settings (defaults: embedded SmolLM2, ``legolink-16``, memory store).
+        config: settings (defaults: embedded SmolLM2, ``auto``, memory store).
         lm: an already loaded model (skips loading ``config.model``).
         store: an already opened :class:`ragpic.cache.ChunkStore` (skips ``config.store``).
     """
@@ -125,13 +127,15 @@ class RagPic:
         return self.auto_choice().method if m.kind == "auto" else m
 
     def auto_choice(self, behind: bool = False) -> Choice:
-        """What ``auto`` links with on this model at ``config.fidelity``: resolved from the model's
-        calibration on first use and logged once (WARNING when uncalibrated, else INFO).
-        ``behind``: for a prompt that links most of its chunks from entries compiled behind the
-        chunks before them (:func:`~ragpic.engine.calibration.choose`)."""
+        """What ``auto`` links with on this model at ``config.fidelity``: resolved on first use
+        from the user's own calibration, else the one shipped for the model, else the documented
+        fallback (:mod:`ragpic.engine.calibration`), and logged once (WARNING when uncalibrated,
+        else INFO). ``behind``: for a prompt that links most of its chunks from entries compiled
+        behind the chunks before them (:func:`~ragpic.engine.calibration.choose`)."""
         with self._auto_lock:
             if behind not in self._auto:
-                choice = self._auto[behind] = choose(load_calibration(self.lm.fingerprint), self.config.fidelity,
+                cal, where = find_calibration(self.lm.fingerprint, self.lm.source_sha256)
+                choice = self._auto[behind] = choose(cal, self.config.fidelity, where=where,
                                                      probe_runs=uses_banded_attention(self.lm.model), behind=behind)
                 log.log(logging.INFO if choice.calibrated else logging.WARNING, "%s", choice.reason)
             return self._auto[behind]

@@ -31,7 +31,8 @@ from ragpic.cache.format.expect import expected_for
 from ragpic.config import MAX_COMPILE_BEHIND as MAX_BEHIND
 from ragpic.core.compile import compile_in_context, document_contexts
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import PLAIN, Method, context_recipe
+from ragpic.core.compile_recipe import PLAIN, context_recipe
+from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Match
 from ragpic.errors import ChunkError, ConfigError

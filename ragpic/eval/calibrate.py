@@ -23,6 +23,7 @@ among them for the prompts that link their chunks from such entries
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ragpic.core.model import LoadedModel
 from ragpic.engine.calibration import Calibration, RecipeScore, choose
@@ -31,7 +32,8 @@ from ragpic.eval.data import QAExample, default_dataset, default_haystack, load_
 from ragpic.eval.evaluate import evaluate_qa
 from ragpic.eval.ruler import run_ruler
 from ragpic.eval.ruler_tasks import TASKS
-from ragpic.eval.variants import normalize_methods, split_variant
+from ragpic.core.methods import PRESETS, parse_variant
+from ragpic.eval.variants import normalize_methods
 
 __all__ = ["CALIBRATION_SEED", "DEFAULT_RECIPES", "format_calibration", "run_calibration"]
 
@@ -40,11 +42,8 @@ CALIBRATION_SEED = 20261204
 this seed at 4k (docs/RESULTS.md §26, held out from the evaluation's, not from this set: the
 calibration's are 2k); a check held out from both needs a seed of its own."""
 
-DEFAULT_RECIPES = ("legolink-16", "qr-3-k4-h1-w-s", "qr-4-k4-h1-w-s", "qp-10", "qr-10")
-"""The fast default; the query-guided recipes of the 1.5B's front, on sentence runs: 95-103% of
-``full`` at 10-12x on its RULER 4k prompts, evaluation's and held-out (docs/RESULTS.md §28); the
-one-pass probe, the 0.5B's most faithful (§15, §26); the two-pass form at 10%, the closest to
-``full`` on the 1.5B before sentence runs (§23). Each recipe adds ~1/8 of the run."""
+DEFAULT_RECIPES = tuple(PRESETS)
+"""The presets (:data:`ragpic.core.methods.PRESETS`): what ``auto`` chooses among."""
 
 
 def _shares(full: Sequence[float], mine: Sequence[float]) -> float | None:
@@ -73,8 +72,8 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     if head not in ("", "chat", "head"):
         raise ValueError(f"head must be '', 'chat' or 'head', got {head!r}")
     alone = normalize_methods(recipes, ())  # canonical names, full first: run_ruler's keys
-    in_order = [split_variant(m)._replace(behind=behind, head=head) for m in alone[1:] if behind]
-    methods = alone + [v.method + v.tags for v in in_order]  # the variants' one spelling (core Variant.tags)
+    in_order = [replace(parse_variant(m), behind=behind, head=head) for m in alone[1:] if behind]
+    methods = alone + [v.name for v in in_order]  # the variants' one spelling (core Variant.name)
     recipes = methods[1:]
     tasks = list(tasks or TASKS)
     ruler = run_ruler(lm, default_haystack(), tasks=tasks, lengths=lengths, samples=samples, seed=seed,
@@ -94,7 +93,7 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
             times[m] += [q["methods"][m]["ttft_s"] for q in report.questions]
     speedup = {m: scoring.median([f / t for f, t in zip(times["full"], times[m])]) for m in recipes}
     return Calibration(
-        fingerprint=lm.fingerprint, model=lm.name,
+        fingerprint=lm.fingerprint, model=lm.name, source_sha256=lm.source_sha256, made=machine_facts(lm),
         full_scores={t: scoring.mean(s["full"]) for t, s in scores.items()},
         recipes=[RecipeScore(m, {t: _shares(s["full"], s[m]) for t, s in scores.items() if m in s}, speedup[m])
                  for m in recipes],
@@ -105,12 +104,36 @@ def run_calibration(lm: LoadedModel, *, recipes: Sequence[str] = DEFAULT_RECIPES
     )
 
 
+def machine_facts(lm: LoadedModel) -> dict:
+    """Where a calibration was measured, for its reader: the CPU (or GPU), torch's kernel level,
+    threads and the date (speed-ups depend on all of them)."""
+    import datetime
+    import platform
+
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in _read_lines("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor() or platform.machine())
+    device = torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else cpu
+    return {"machine": f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__} "
+                       f"({torch.backends.cpu.get_cpu_capability()})",
+            "date": datetime.date.today().isoformat()}
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
 def format_calibration(cal: Calibration, fidelity: float) -> str:
     """One row per recipe: share of ``full`` per task (``*``: a task ``full`` can do), worst share, speed-up;
     then what ``auto`` picks at ``fidelity``."""
     tasks = list(cal.full_scores)
     can = set(cal.tasks_full_can_do())
-    w = max(16, *(len(r.method) + 2 for r in cal.recipes))
+    w = max(16, *(len(r.name) + 2 for r in cal.recipes))
     head = (f"{'recipe':<{w}}" + "".join(f"{t + ('*' if t in can else ''):>17}" for t in tasks)
             + f"{'worst*':>8}{'speed-up':>10}")
     lines = [head, "-" * len(head),
@@ -118,7 +141,7 @@ def format_calibration(cal: Calibration, fidelity: float) -> str:
     for r in cal.recipes:
         cells = "".join(f"{'' if t not in r.shares else '-' if r.shares[t] is None else format(r.shares[t], '.0%'):>17}"
                         for t in tasks)
-        lines.append(f"{r.method:<{w}}{cells}{cal.worst_share(r):>8.0%}{r.speedup:>9.1f}x")
+        lines.append(f"{r.name:<{w}}{cells}{cal.worst_share(r):>8.0%}{r.speedup:>9.1f}x")
     lines += ["-" * len(head), "* a task full can do (full scores >= 0.5 there): the shares auto is held to",
               choose(cal, fidelity).reason + f" [fidelity {fidelity}]"]
     if any(r.behind for r in cal.recipes):

@@ -7,42 +7,31 @@ This is the evaluations' edge: the method names a command line gives are parsed 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ragpic.cache.format.entry import round_trip as store_round_trip  # the KV a store with that quant hands back
 from ragpic.core.kv import ChunkKV
 from ragpic.core.kv_quant import KVQuant
-from ragpic.core.methods import Method, parse_method
-from ragpic.core.methods import split_variant as parse_variant
+from ragpic.core.methods import Method, parse_variant
 from ragpic.core.model import LoadedModel
 from ragpic.errors import ConfigError
 from ragpic.engine.offline import compile_ids, compile_ids_behind, document_contexts, prompt_segments
 
 __all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize_methods", "opening_of",
-           "prompt_segments", "split_variant", "store_round_trip", "variant_key"]
+           "prompt_segments", "store_round_trip", "variant_key"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-1", "legolink-16", "cacheblend-15")
 
 
-def split_variant(name: str) -> tuple[str, int, KVQuant, str]:
-    """``"legolink-16@head@prev4@int8"`` -> ``("legolink-16", 4, "int8", "head")``: the method, how
-    many of the prompt's chunks before each chunk it was compiled behind (``@prev<m>``, 0: alone;
-    docs/ARCHITECTURE.md §1.3), the storage quantization its KV went through (``@int8`` /
-    ``@int4``, else ``none``) and how much of the prompt's leading text came first (``"head"``:
-    all of it; ``"head<n>"``: its first ``n`` tokens; ``"chat"``: its chat opening; ``""``: none)."""
-    v = parse_variant(name)
-    return v._replace(quant=KVQuant(v.quant))  # still a core Variant: its fields and .tags
-
-
 def method_of(name: str) -> Method:
-    """The link method of a method name (its ``@`` variants dropped)."""
-    return parse_method(split_variant(name)[0])
+    """The link method of an evaluation's method name (its ``@`` variants dropped)."""
+    return parse_variant(name).method
 
 
 def variant_key(name: str) -> str:
-    """Which compiled KV a method name links: its recipe, plus what it was compiled behind and
-    the storage quantization."""
-    v = split_variant(name)
-    return parse_method(v.method).recipe + v.tags
+    """Which compiled KV a method name links: its compile recipe, plus what it was compiled behind
+    and the storage quantization (:attr:`ragpic.core.methods.Variant.key`)."""
+    return parse_variant(name).key
 
 
 def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str] = DEFAULT_METHODS) -> list[str]:
@@ -60,10 +49,7 @@ def normalize_methods(methods: Sequence[str] | str | None, default: Sequence[str
     """
     if isinstance(methods, str):
         methods = [m for m in methods.split(",") if m.strip()]
-    names = []
-    for m in methods or default:
-        v = split_variant(m.strip())
-        names.append(parse_method(v.method).name + v.tags)
+    names = [parse_variant(m).name for m in methods or default]
     out = ["full"] + [m for m in names if m != "full"]
     return list(dict.fromkeys(out))
 
@@ -91,10 +77,9 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
     ``memo`` reuses identical chunks (behind identical chunks, for ``@prev<m>``).
     """
     out = {}
-    for variant in dict.fromkeys(variant_key(m).split("@int")[0] for m in methods):
-        tags = variant.split("@")
-        recipe, behind = tags[0], next((int(t[4:]) for t in tags if t.startswith("prev")), 0)
-        tag = next((t for t in tags if t.startswith(("head", "chat"))), "")
+    exact = {v.key: v for v in (replace(parse_variant(m), quant=KVQuant.NONE) for m in methods)}
+    for variant, v in exact.items():
+        tag, behind = v.head, v.behind
         if tag == "chat":
             lead = list(head)[:opening]
         else:
@@ -108,15 +93,14 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
         if missing:
             todo = [list(k[2]) for k in missing]
             kvs = (compile_ids_behind(lm, todo, [list(k[1]) for k in missing]) if behind or lead
-                   else compile_ids(lm, todo, recipe))
+                   else compile_ids(lm, todo, v.method.recipe))
             found = dict(zip(missing, kvs))
             if memo is not None:
                 memo.update(found)
         else:
             found = {}
         out[variant] = [found[k] if k in found else memo[k] for k in keys]  # type: ignore[index]
-    for variant in dict.fromkeys(variant_key(m) for m in methods):
-        if "@int" in variant:
-            base, quant = variant.rsplit("@", 1)
-            out[variant] = [store_round_trip(kv, quant) for kv in out[base]]
+    for v in (parse_variant(m) for m in methods):
+        if v.quant != KVQuant.NONE and v.key not in out:
+            out[v.key] = [store_round_trip(kv, v.quant) for kv in out[replace(v, quant=KVQuant.NONE).key]]
     return out

@@ -26,7 +26,7 @@ PASSAGE = "the quick brown fox jumps over the lazy dog near the park."
 def engine():
     lm = tiny_lm("llama", num_hidden_layers=2)
     lm.model.generation_config.eos_token_id = None  # random weights: always run to the limit
-    e = RagPic(Config(store=None, max_new_tokens=7), lm=lm)
+    e = RagPic(Config(store=None, max_new_tokens=7, method="legolink-16"), lm=lm)
     e.compile([PASSAGE])
     return e
 

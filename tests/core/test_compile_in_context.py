@@ -8,7 +8,8 @@ import torch
 
 from ragpic.core.compile import ChunkInParts, compile_chunks, compile_in_context, document_contexts
 from ragpic.core.link import link
-from ragpic.core.methods import PLAIN, context_recipe, links_as, recipe_dummies, split_variant
+from ragpic.core.compile_recipe import PLAIN, context_recipe, links_as, recipe_dummies
+from ragpic.core.methods import parse_variant
 from ragpic.errors import ChunkError, ConfigError, LinkError
 from prompts import CHUNKS, compile_in_place, compile_texts, linked_prompt
 from tiny import tiny_lm
@@ -85,16 +86,24 @@ def test_a_method_on_dummy_tokens_refuses_a_chunk_compiled_behind_context():
         link(lm, segs, "legolink-0")
 
 
-def test_evaluation_variants_parse():
-    assert split_variant("qr-4-k4-h2-w-s@prev4@int8") == ("qr-4-k4-h2-w-s", 4, "int8", "")
-    assert split_variant("legolink-16") == ("legolink-16", 0, "none", "")
-    assert split_variant("naive@head@prev2") == ("naive", 2, "none", "head")
-    assert split_variant("naive@head3@int8") == ("naive", 0, "int8", "head3")
-    assert split_variant("naive@chat@prev4") == ("naive", 4, "none", "chat")
+def test_evaluation_variants_parse_into_fields():
+    def fields(name):
+        v = parse_variant(name)
+        return v.method.name, v.behind, str(v.quant), v.head
+
+    assert fields("qr-4-k4-h2-w-s@prev4@int8") == ("qr-4-k4-h2-w-s", 4, "int8", "")
+    assert fields("legolink-16") == ("legolink-16", 0, "none", "")
+    assert fields("naive@head@prev2") == ("naive", 2, "none", "head")
+    assert fields("naive@head3@int8") == ("naive", 0, "int8", "head3")
+    assert fields("balanced@chat@prev4") == ("balanced", 4, "none", "chat")
+    v = parse_variant("qr-4-k4-h2-w-s@prev4@int8")
+    assert (v.method.kind, v.method.k, v.method.ratio, v.method.hops, v.method.words, v.method.sentences) == \
+        ("qr", 4, 0.04, 2, True, True)
+    assert v.name == "qr-4-k4-h2-w-s@prev4@int8" and v.key == "plain@prev4@int8"
     for bad, match in (("legolink-16@int8@prev4", "unknown variant 'prev4'"), ("naive@prev0", "unknown variant"),
                        ("naive@prev2@prev3", "at most once"), ("legolink-0@prev2", "drop '@prev2'"),
                        ("naive@prev2@head", "in that order"), ("legolink-0@head", "drop '@head'"),
                        ("naive@head0", "unknown variant 'head0'"),
                        ("naive@head@chat", "at most once"), ("legolink-0@chat", "drop '@chat'")):
         with pytest.raises(ConfigError, match=match):
-            split_variant(bad)
+            parse_variant(bad)

@@ -11,8 +11,8 @@ import pytest
 from ragpic import Config, RagPic
 from ragpic.core.link import linker_for
 from ragpic.core.methods import parse_method
-from ragpic.engine.calibration import (FALLBACK, Calibration, RecipeScore, calibration_path, choose,
-                                       load_calibration, save_calibration)
+from ragpic.engine.calibration import FALLBACK, Calibration, RecipeScore, choose
+from ragpic.engine.calibration_file import calibration_path, load_calibration, save_calibration
 from ragpic.errors import ConfigError, LinkError
 from tiny import tiny_lm
 
@@ -40,10 +40,12 @@ def test_auto_picks_the_fastest_recipe_that_keeps_the_fidelity_on_every_task_ful
     assert picked.method.name == "legolink-16" and picked.calibrated and "comes closest" in picked.reason
     closest = choose(Calibration(FP, "t", {"vt": 1.0}, [RecipeScore("legolink-16", {"vt": 0.5}, 20.0),
                                                         RecipeScore("qp-5", {"vt": 0.8}, 9.0)]), 0.97)
-    assert closest.method.name == "qp-5" and "no calibrated recipe keeps 97%" in closest.reason
+    assert closest.method.name == "qp-5" and "no recipe in its calibration keeps 97%" in closest.reason
     assert "method='full'" in closest.reason
     fallback = choose(None, 0.97)
     assert fallback.method.name == FALLBACK and not fallback.calibrated and "ragpic calibrate" in fallback.reason
+    # the fallback reads the question's attention: a model that cannot run it gets the fast preset
+    assert choose(None, 0.97, probe_runs=False).method.name == "fast"
 
 
 def test_a_calibration_round_trips_and_is_read_as_checked_data(tmp_path):
@@ -53,18 +55,30 @@ def test_a_calibration_round_trips_and_is_read_as_checked_data(tmp_path):
     assert load_calibration(FP, tmp_path) == calibration()
     assert load_calibration("other:fp", tmp_path) is None  # another model: none of its own
     raw = json.loads(path.read_text())
+    row = raw["recipes"][0]
+    assert row["name"] == "legolink-16" and row["recipe"]["kind"] == "legolink" and row["recipe"]["k"] == 16
+    v1 = {k: v for k, v in row.items() if k not in ("name", "recipe")}  # a version-1 row: its spelling alone
+
+    def named(method):
+        return {**raw, "version": 1, "recipes": [{**v1, "method": method}]}
+
     for bad, words in [({**raw, "fingerprint": "x"}, "calibrates 'x'"),
                        ({**raw, "version": 99}, "version-1"),
-                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "__import__('os')"}]}, "unknown link method"),
-                       ({**raw, "recipes": [{**raw["recipes"][0], "speedup": "fast"}]}, "recipes[0].speedup"),
+                       (named("__import__('os')"), "unknown link method"),
+                       ({**raw, "recipes": [{**row, "recipe": {"kind": "__import__('os')"}}]}, "unknown link method"),
+                       ({**raw, "recipes": [{**row, "recipe": {**row["recipe"], "k": "16"}}]}, "do not spell"),
+                       ({**raw, "recipes": [{**row, "recipe": {**row["recipe"], "code": "x"}}]}, "only the fields"),
+                       ({**raw, "recipes": [{**row, "speedup": "fast"}]}, "recipes[0].speedup"),
                        ({**raw, "recipes": []}, "no recipes"),
-                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "qp-10@int8"}]}, "'@prev<m>' variants only"),
-                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "legolink-0@prev2"}]}, "drop '@prev2'"),
-                       ({**raw, "recipes": [{**raw["recipes"][0], "method": "qp-10@chat"}]}, "'@prev<m>' variants only")]:
+                       (named("qp-10@int8"), "'@prev<m>' variants only"),
+                       (named("legolink-0@prev2"), "drop '@prev2'"),
+                       (named("qp-10@chat"), "'@prev<m>' variants only")]:
         path.write_text(json.dumps(bad))
         with pytest.raises(ConfigError, match="ragpic calibrate") as err:
             load_calibration(FP, tmp_path)
         assert str(path) in str(err.value) and words in str(err.value)
+    path.write_text(json.dumps(named("qp-10")))  # a version-1 file is still read
+    assert [r.name for r in load_calibration(FP, tmp_path).recipes] == ["qp-10"]
     path.write_bytes(b"\x80not json")
     with pytest.raises(ConfigError, match="unusable"):
         load_calibration(FP, tmp_path)
@@ -116,9 +130,9 @@ def test_auto_links_with_the_models_calibrated_choice(tmp_path, home, caplog):
         g = engine.generate(PROMPT, hints=PASSAGES)
     assert engine.auto_choice().method.name == g.method == "qp-10"
     assert any(r.levelno == logging.INFO and "qp-10 is the fastest" in r.getMessage() for r in caplog.records)
-    assert g.token_ids == engine.generate(PROMPT, hints=PASSAGES, method="qp-10").token_ids
+    assert g.token_ids == engine.generate(PROMPT, hints=PASSAGES, method="experimental:qp-10").token_ids
     # the chunks are stored under the recipe auto resolved to
-    assert engine.chunk_key(PASSAGES[0], "auto") == engine.chunk_key(PASSAGES[0], "qp-10")
+    assert engine.chunk_key(PASSAGES[0], "auto") == engine.chunk_key(PASSAGES[0], "experimental:qp-10")
     strict = _engine(tmp_path, method="auto", fidelity=1.0)  # only qr-10 keeps 100%: slower, chosen
     assert strict.method_of().name == "qr-10"
 
@@ -162,4 +176,4 @@ def test_auto_links_a_prompt_in_document_order_with_the_behind_choice(tmp_path, 
     r = engine.generate(reversed_, hints=doc)
     assert (r.chunks_behind, r.method) == (0, "qp-10")  # chunks alone: the plain choice
     # a method named by the caller is never swapped
-    assert engine.generate(in_order, hints=doc, method="qp-10").method == "qp-10"
+    assert engine.generate(in_order, hints=doc, method="experimental:qp-10").method == "qp-10"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ragpic import Config, RagPic
-from ragpic.core.methods import PLAIN
+from ragpic.core.compile_recipe import PLAIN
 from ragpic.errors import ConfigError
 from tiny import tiny_lm
 

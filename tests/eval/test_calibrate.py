@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ragpic.engine.calibration import load_calibration, save_calibration
+from ragpic.engine.calibration_file import load_calibration, save_calibration
 from test_eval import _tiny_dataset
 from tiny import tiny_lm
 
@@ -21,14 +21,14 @@ def test_run_calibration_measures_every_recipe_against_full(tmp_path):
                           lengths=[700], samples=1, chunk_tokens=128, max_new_tokens=3,
                           qa=load_qa(_tiny_dataset(tmp_path)))
     assert cal.fingerprint == lm.fingerprint and list(cal.full_scores) == ["niah_single", "vt", "qa"]
-    assert [r.method for r in cal.recipes] == ["naive", "legolink-100000", "qp-100"]  # canonical names
+    assert [r.name for r in cal.recipes] == ["naive", "legolink-100000", "qp-100"]  # canonical names
     for r in cal.recipes:
         assert set(r.shares) == set(cal.full_scores) and r.speedup > 0
-        if r.method != "naive":  # every row recomputed: full's answers, so full's score wherever it has one
+        if r.name != "naive":  # every row recomputed: full's answers, so full's score wherever it has one
             assert all(s == pytest.approx(1.0) for t, s in r.shares.items() if cal.full_scores[t] > 0)
             assert all(s is None for t, s in r.shares.items() if cal.full_scores[t] == 0)
     table = format_calibration(cal, 0.97)
-    assert all(r.method in table for r in cal.recipes) and "auto:" in table
+    assert all(r.name in table for r in cal.recipes) and "auto:" in table
     assert load_calibration(lm.fingerprint, tmp_path) is None
     save_calibration(cal, tmp_path)
     assert load_calibration(lm.fingerprint, tmp_path) == cal
@@ -53,7 +53,7 @@ def test_cli_calibrate_writes_where_auto_looks(tmp_path, capsys):
     assert "legolink-100000" in io.out and "auto:" in io.out
     fp = load_model(str(model_dir), device="cpu").fingerprint
     saved = load_calibration(fp, tmp_path / "c")
-    assert [r.method for r in saved.recipes] == ["naive", "legolink-100000"]
+    assert [r.name for r in saved.recipes] == ["naive", "legolink-100000"]
     assert json.loads(out.read_text())["fingerprint"] == fp
 
 
@@ -71,10 +71,10 @@ def test_cli_calibrate_compile_behind_adds_each_recipe_on_chunks_compiled_behind
     io = capsys.readouterr()
     assert "auto (chunks compiled behind the ones before):" in io.out
     saved = load_calibration(load_model(str(model_dir), device="cpu").fingerprint, tmp_path / "c")
-    assert [r.method for r in saved.recipes] == ["naive", "legolink-100000", "naive@chat@prev8",
+    assert [r.name for r in saved.recipes] == ["naive", "legolink-100000", "naive@chat@prev8",
                                                  "legolink-100000@chat@prev8"]
     assert [r.behind for r in saved.recipes] == [0, 0, 8, 8] and saved.setup["behind"] == 8
-    assert saved.recipes[3].link_method.name == "legolink-100000"
+    assert saved.recipes[3].recipe.method.name == "legolink-100000"
     # the rows on chunks compiled behind are measured on the same RULER tasks
     naive, behind = saved.recipes[0], saved.recipes[2]
     assert set(behind.shares) == set(naive.shares) == {"niah_single"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ragpic.cache.format.entry import ForeignEntry, decode
 from ragpic.cache.format.keys import chunk_key, dtype_name
 from ragpic.core.kv import ChunkKV
-from ragpic.core.methods import recipe_dummies
+from ragpic.core.compile_recipe import recipe_dummies
 from ragpic.errors import ConfigError, CorruptEntry
 
 

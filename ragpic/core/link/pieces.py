@@ -44,7 +44,7 @@ def linker_for(method: str | Method | Linker) -> Linker:
     """The strategy of a method name (parsed once; a :class:`Linker` is returned as is)."""
     if isinstance(method, Linker):
         return method
-    method = parse_method(method)
+    method = parse_method(method, experimental=True)  # the core links any recipe; the public names are checked above
     if method.kind == "auto":  # a choice the engine makes from its model's calibration
         raise LinkError("method 'auto' picks a recipe from the model's calibration: link through an "
                         "Engine (it resolves 'auto'), or pass a concrete method such as legolink-16")

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.core.kv import device_kv, rotate_keys
-from ragpic.core.methods import Method, links_as
+from ragpic.core.compile_recipe import links_as
+from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache, SlabPool
 from ragpic.core.segments import Segment, segment_starts
