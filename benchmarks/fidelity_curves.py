@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from ragpic.eval.plots import fidelity_points, plot_fidelity
+from plots import fidelity_points, plot_fidelity  # benchmarks/plots.py: the script's folder is on sys.path
 
 
 def merged_needle(paths: list[Path]) -> dict | None:

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragpic.eval.plots import plot_pareto
+from plots import plot_pareto  # benchmarks/plots.py: the script's folder is on sys.path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,6 +89,12 @@ def add_eval_parser(sub) -> None:
 def add_bench_parser(sub) -> None:
     b = sub.add_parser("bench", help="link TTFT of every method vs context length",
                        description=BENCH_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bench_args(b)
+    b.set_defaults(func=cmd_bench, check=check_bench)
+
+
+def add_bench_args(b: argparse.ArgumentParser) -> None:
+    """``ragpic bench``'s options (benchmarks/bench_peers.py adds its peers' to the same set)."""
     b.add_argument("--context-tokens", type=csv_of(at_least(64)), default=[1024, 2048, 4096, 8192],
                    help="comma list of prompt lengths (default: 1024,2048,4096,8192)")
     b.add_argument("--chunk-tokens", type=at_least(1), default=512)
@@ -99,27 +105,11 @@ def add_bench_parser(sub) -> None:
                    help="comma list (default: full,naive,legolink-0,legolink-<k>,cacheblend-15)")
     b.add_argument("--haystack", default=None, help="folder of .txt files (default: the essays in ragpic/data/haystack)")
     b.add_argument("--no-memory", action="store_true", help="skip the profiled peak-memory pass")
-    b.add_argument("--peers", type=_peer_list, default=[],
-                   help="reference prefills on the same ids, timed beside the methods: hf-generate "
-                        "(plain transformers), llama.cpp (needs llama-cpp-python)")
-    b.add_argument("--gguf", default=None, help="GGUF file for --peers llama.cpp (default: the embedded model's)")
     b.add_argument("--answer-tokens", type=at_least(0), default=0, metavar="N",
                    help="also decode N answer tokens per request: TTFT, decode tok/s, the whole answer's time, "
-                        "peak RSS and the bandwidth limit (with --peers llama.cpp: llama-bench on --gguf, built by "
-                        "benchmarks/llamacpp_build.sh)")
+                        "peak RSS and the bandwidth limit")
     b.add_argument("--plot", default=None, metavar="OUT.png")
     add_model_args(b)
-    b.set_defaults(func=cmd_bench, check=check_bench)
-
-
-def _peer_list(value: str) -> list[str]:
-    from ragpic.eval.peers import PEERS
-
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    bad = [n for n in names if n not in PEERS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown peer {bad[0]!r}: choose from {', '.join(PEERS)}")
-    return names
 
 
 def build_needle_parser() -> argparse.ArgumentParser:
@@ -197,20 +187,6 @@ def check_bench(args) -> None:
     short = [t for t in args.context_tokens if t <= args.query_tokens]
     if short:
         raise UsageError(f"--context-tokens {short[0]}: must exceed --query-tokens ({args.query_tokens})")
-    if "llama.cpp" in args.peers and args.answer_tokens:  # the whole answer: llama.cpp's own llama-bench
-        from ragpic.eval.llamacpp_bench import find_llama_bench
-
-        if find_llama_bench() is None:
-            raise UsageError("--peers llama.cpp with --answer-tokens runs llama-bench: build it once with "
-                             "benchmarks/llamacpp_build.sh (or set RAGPIC_LLAMA_BENCH); or drop that peer")
-    elif "llama.cpp" in args.peers:
-        import importlib.util
-
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise UsageError("--peers llama.cpp: llama-cpp-python is not installed (pip install "
-                             "llama-cpp-python, which builds llama.cpp from source); or drop that peer")
-        if args.gguf is not None and not Path(args.gguf).is_file():
-            raise UsageError(f"--gguf {args.gguf}: no such file")
 
 
 # ----- commands -------------------------------------------------------------------------------
@@ -278,35 +254,28 @@ def cmd_needle(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from ragpic.eval.bench import format_table, plot_bench, run_bench
-
-    from ragpic.eval.peers import make_peer
-
+def cmd_bench(args, peers_for=None) -> int:
+    """``ragpic bench``. ``peers_for(lm) -> (peers, answer_peer)``: reference runs timed beside the
+    methods on the same ids (benchmarks/bench_peers.py passes plain transformers' and llama.cpp's):
+    ``peers`` maps a name to ``ids -> seconds``; ``answer_peer`` is None or ``(name, T -> its row)``."""
     import torch
 
-    from ragpic.eval.answer import bandwidth_gb_s, decode_limit_tok_s, llamacpp_answer, peak_rss_mb
+    from ragpic.eval.answer import bandwidth_gb_s, decode_limit_tok_s, peak_rss_mb
+    from ragpic.eval.bench import format_table, plot_bench, run_bench
 
     lm = _load(args)
-    answer_peer = None
-    if args.answer_tokens and "llama.cpp" in args.peers:  # llama-bench: its pp and tg rates at that depth
-        gguf = args.gguf or (args.model if str(args.model or "").endswith(".gguf") else None)
-        if gguf is None:
-            raise UsageError("--answer-tokens with --peers llama.cpp needs --gguf PATH (or a .gguf --model)")
-        args.peers = [p for p in args.peers if p != "llama.cpp"]
-        answer_peer = lambda T: llamacpp_answer(gguf, T, args.answer_tokens, torch.get_num_threads(), args.repeats)
-    peers = {name: make_peer(name, lm, gguf=args.gguf, n_ctx=max(args.context_tokens)) for name in args.peers}
+    peers, answer_peer = peers_for(lm) if peers_for is not None else ({}, None)
     loaded_rss = peak_rss_mb()
     result = run_bench(lm, haystack_dir=args.haystack, context_tokens=args.context_tokens,
                        chunk_tokens=args.chunk_tokens, k=args.k, query_tokens=args.query_tokens,
                        repeats=args.repeats, methods=args.methods, measure_memory=not args.no_memory,
                        progress=_progress(args), peers=peers, answer_tokens=args.answer_tokens,
-                       answer_peer=answer_peer)
+                       answer_peer=answer_peer[1] if answer_peer else None)
     result["config"].update(weights=str(lm.weights), weights_summary=lm.weights_summary,
                             cpu=torch.backends.cpu.get_cpu_capability())
     if args.answer_tokens:
         bw = bandwidth_gb_s()
-        result["config"].update(answer_peer="llama.cpp" if answer_peer else None, bandwidth_gb_s=bw,
+        result["config"].update(answer_peer=answer_peer[0] if answer_peer else None, bandwidth_gb_s=bw,
                                 decode_limit_tok_s=decode_limit_tok_s(lm, bw), loaded_peak_rss_mb=loaded_rss,
                                 peak_rss_mb=peak_rss_mb())
         weights = lm.weights_summary or f"weights {lm.weights} ({lm.dtype})"  # the summary names the format

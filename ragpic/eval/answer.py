@@ -2,10 +2,9 @@
 
 Per method and context length: TTFT (the link), decode tok/s (``N - 1`` single-row steps after
 the first token, which the link's logits give), the whole answer's seconds and the process's
-peak resident memory; beside them llama.cpp on the same GGUF (``--peers llama.cpp``:
-``llama-bench`` built by ``benchmarks/llamacpp_build.sh``), whose answer is its prefill of the
-same number of tokens plus ``N`` tokens generated at that depth, and the memory-bandwidth
-limit of the decode rate (weight bytes read per token / measured bandwidth).
+peak resident memory, and the memory-bandwidth limit of the decode rate (weight bytes read per
+token / measured bandwidth). llama.cpp's answer on the same GGUF beside them is a benchmark's
+(``benchmarks/bench_peers.py --peers llama.cpp``, ``benchmarks/llamacpp_bench.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ import torch
 from ragpic.core.model import LoadedModel
 from ragpic.engine.request import LinkedRequest
 
-__all__ = ["answer_row_fields", "bandwidth_gb_s", "decode_limit_tok_s", "llamacpp_answer", "peak_rss_mb",
-           "time_answer"]
+__all__ = ["answer_row_fields", "bandwidth_gb_s", "decode_limit_tok_s", "peak_rss_mb", "time_answer"]
 
 
 def time_answer(req: LinkedRequest) -> tuple[float, float, int]:
@@ -66,18 +64,3 @@ def decode_limit_tok_s(lm: LoadedModel, bandwidth: float) -> float:
     held = {id(t): t.numel() * t.element_size() for t in (*lm.model.parameters(), *lm.model.buffers())
             if id(t) not in skip}
     return bandwidth * 1e9 / sum(held.values())
-
-
-def llamacpp_answer(gguf: str, tokens: int, answer_tokens: int, threads: int, repeats: int) -> dict:
-    """llama.cpp's prefill of ``tokens`` and ``answer_tokens`` generated at that depth, one sitting."""
-    from ragpic.eval.llamacpp_bench import find_llama_bench, run_llama_bench
-
-    binary = find_llama_bench()
-    pp = run_llama_bench(binary, gguf, threads=threads, depths=(0,), n_prompt=tokens, n_gen=0, repetitions=repeats)
-    tg = run_llama_bench(binary, gguf, threads=threads, depths=(tokens,), n_prompt=0, n_gen=answer_tokens,
-                         repetitions=repeats)
-    pp_rate, tg_rate = pp[0]["tok_s"], tg[0]["tok_s"]
-    ttft = tokens / pp_rate
-    return {"method": "llama.cpp", "ttft_median_s": ttft, "decode_tok_s": tg_rate, "pp_tok_s": pp_rate,
-            "answer_tokens": answer_tokens, "answer_median_s": ttft + (answer_tokens - 1) / tg_rate,
-            "llama_cpp_build": tg[0].get("build"), "llama_cpp_type": tg[0].get("type")}

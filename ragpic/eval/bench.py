@@ -38,13 +38,15 @@ from ragpic.engine.offline import layer_rows, link_only, new_pool, prompt_ids, p
 from ragpic.eval import scoring
 from ragpic.eval.answer import answer_row_fields, time_answer
 from ragpic.eval.data import load_haystack
-from ragpic.eval.peers import Peer
 from ragpic.eval.plots import plot_bench
 from ragpic.eval.variants import compile_for, method_of, normalize_methods, variant_key
 
 __all__ = ["format_table", "method_flops", "plot_bench", "run_bench"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-0", "legolink-16", "cacheblend-15")
+# A reference prefill outside ragpic, timed beside the methods: seconds of one prefill of the
+# ids (benchmarks/bench_peers.py's plain transformers and llama.cpp)
+Peer = Callable[[Sequence[int]], float]
 QUERY_TEXT = "\n\nQuestion: what is the one idea that connects all of these essays, and why does it matter? "
 
 
@@ -207,9 +209,10 @@ def run_bench(lm: LoadedModel, *, text: str | None = None, haystack_dir: str | P
 
     ``legolink-K`` in ``methods`` is taken as given; ``k`` replaces the K of a bare
     ``legolink`` entry (the default list's ``legolink-16`` follows ``--k``). ``peers``
-    (:mod:`ragpic.eval.peers`) are timed in the same rotation, on the same ids as ``full``.
+    (name -> :data:`Peer`) are timed in the same rotation, on the same ids as ``full``.
     ``answer_tokens``: also decode that many tokens per request (:mod:`ragpic.eval.answer`);
-    ``answer_peer(T)`` gives a peer's answer row at ``T`` tokens (llama.cpp's llama-bench).
+    ``answer_peer(T)`` gives a peer's answer row at ``T`` tokens (benchmarks/llamacpp_bench.py's
+    llama-bench).
     """
     methods = _bench_methods(methods, k)
     peers = dict(peers or {})

@@ -16,14 +16,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ragpic.core.model import LoadedModel
-from ragpic.errors import ConfigError
 from ragpic.eval import scoring
 from ragpic.eval.data import load_haystack, template_parts
 from ragpic.eval.evaluate import MethodRun, against_full, run_methods
 from ragpic.eval.ruler_tasks import SYSTEM, TASKS, RulerSample, generate_sample
 from ragpic.eval.variants import compile_for, head_ids, normalize_methods, opening_of, prompt_segments
 
-__all__ = ["DEFAULT_METHODS", "format_table", "pool_results", "run_ruler", "score_answer", "summarize"]
+__all__ = ["DEFAULT_METHODS", "format_table", "run_ruler", "score_answer", "summaries", "summarize"]
 
 DEFAULT_METHODS = ("full", "naive", "legolink-16", "cacheblend-15", "qr-10")
 DEFAULT_LENGTHS = (2048, 4096, 8192)
@@ -91,51 +90,13 @@ def run_ruler(lm: LoadedModel, haystack_dir: str | Path, *, tasks: Sequence[str]
                        "task_max_new_tokens": {t: TASKS[t].max_new_tokens for t in tasks},
                        "model": lm.name, "fingerprint": lm.fingerprint, "dtype": str(lm.dtype),
                        "weights": str(lm.weights), "weights_summary": lm.weights_summary},
-            **_summaries(records, tasks, lengths, methods)}
+            **summaries(records, tasks, lengths, methods)}
 
 
-def pool_results(results: Sequence[dict], methods: Sequence[str] | None = None) -> dict:
-    """Several :func:`run_ruler` results as one: their samples together, summarised again.
-
-    For a bar measured in parts (tasks, seeds or methods run apart on one machine): ``methods``
-    (default: every method all the results ran, in the first one's order; ``full`` is always
-    kept) are kept per sample, the rest dropped. A sample's speed-up is against ``full`` in its
-    own run, so pooled medians mix runs only as far as the runs' machines agree. Returns
-    ``{"config", "samples", "summary", "overall"}`` as :func:`run_ruler` does; ``config`` lists
-    each part's under ``"parts"``.
-
-    Raises:
-        ConfigError: no results, a result that is not :func:`run_ruler`'s, or a named method
-            that some result did not run.
-    """
-    if not results:
-        raise ConfigError("pool_results: results is empty: pass the dicts run_ruler returned (or their JSON files, read)")
-    for i, r in enumerate(results):
-        if not (isinstance(r, dict) and isinstance(r.get("samples"), list)
-                and isinstance(r.get("config"), dict) and "methods" in r["config"]):
-            raise ConfigError(f"pool_results: result {i} is not a run_ruler result (it needs 'config' with "
-                              "'methods', and 'samples'): pass what ragpic eval ruler --json wrote")
-    ran = [r["config"]["methods"] for r in results]
-    if methods is None:
-        methods = [m for m in ran[0] if all(m in r for r in ran)]
-    methods = ["full"] + [m for m in methods if m != "full"]
-    for i, r in enumerate(ran):
-        missing = [m for m in methods if m not in r]
-        if missing:
-            raise ConfigError(f"pool_results: result {i} did not run {missing} (it ran {r}): "
-                             "pass methods= with the ones every result ran")
-    records = [{**s, "methods": {m: s["methods"][m] for m in methods}} for r in results for s in r["samples"]]
-    tasks = list(dict.fromkeys(s["task"] for s in records))
-    lengths = sorted({s["length"] for s in records})
-    return {"config": {"methods": methods, "tasks": tasks, "lengths": lengths,
-                       "parts": [r["config"] for r in results]},
-            **_summaries(records, tasks, lengths, methods)}
-
-
-def _summaries(records: list[dict], tasks: Sequence[str], lengths: Sequence[int],
-               methods: Sequence[str]) -> dict:
+def summaries(records: list[dict], tasks: Sequence[str], lengths: Sequence[int],
+              methods: Sequence[str]) -> dict:
     """A result's ``samples``, ``summary`` (per cell) and ``overall`` (every sample): one shape for
-    :func:`run_ruler` and :func:`pool_results`."""
+    :func:`run_ruler` and for runs' samples pooled again (``benchmarks/pool_ruler.py``)."""
     return {"samples": records, "summary": summarize(records, tasks, lengths, methods),
             "overall": _aggregate(records, methods)}
 
@@ -166,7 +127,7 @@ def _aggregate(records: Sequence[dict], methods: Sequence[str]) -> dict[str, dic
 def summarize(records: Sequence[dict], tasks: Sequence[str], lengths: Sequence[int],
               methods: Sequence[str]) -> dict[str, dict[str, dict]]:
     """``summary[task][str(length)][method]``: :func:`_aggregate` of that cell's samples; a
-    (task, length) with no samples (parts of :func:`pool_results` run at other lengths) is left out."""
+    (task, length) with no samples (pooled parts run at other lengths) is left out."""
     return {t: {str(n): _aggregate(cell, methods) for n in lengths
                 if (cell := [r for r in records if r["task"] == t and r["length"] == n])} for t in tasks}
 

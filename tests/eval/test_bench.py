@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -105,44 +106,6 @@ def test_cli_bench(tmp_path, capsys):
     assert "ttft_s" in capsys.readouterr().out
 
 
-def test_bench_times_the_hf_generate_peer_on_fulls_ids_and_restores_the_attention():
-    """A reference prefill outside ragpic (docs/RESULTS.md §8), in the same rotation as the methods."""
-    from tiny import TEXT, tiny_lm
-
-    from ragpic.eval.bench import format_table, run_bench
-    from ragpic.eval.peers import hf_generate
-
-    lm = tiny_lm("llama")
-    calls = []
-    hf = hf_generate(lm)
-
-    def peer(ids):
-        calls.append(list(ids))
-        assert lm.model.config._attn_implementation == "ragpic_sdpa"  # switched only inside the call
-        return hf(ids)
-
-    res = run_bench(lm, text=TEXT * 8, context_tokens=[96], chunk_tokens=32, query_tokens=8, repeats=3,
-                    methods=["legolink-4"], measure_memory=False, peers={"hf-generate": peer})
-    by = {r["method"]: r for r in res["rows"]}
-    assert set(by) == {"full", "legolink-4", "hf-generate"} and res["config"]["peers"] == ["hf-generate"]
-    assert len(calls) == 1 + 3 and all(len(c) == 96 for c in calls)  # a warm-up, then one per repeat
-    assert by["hf-generate"]["recomputed_tokens"] == 96 and by["hf-generate"]["flop_limit_ratio"] == 1.0
-    assert by["hf-generate"]["ttft_median_s"] > 0 and "hf-generate" in format_table(res)
-    assert lm.model.config._attn_implementation == "ragpic_sdpa" and lm.banded_attention
-
-
-def test_cli_bench_refuses_an_unknown_or_missing_peer(capsys):
-    import importlib.util
-
-    from ragpic.cli import main
-
-    assert main(["bench", "--peers", "vllm"]) == 2
-    assert "unknown peer 'vllm'" in capsys.readouterr().err
-    if importlib.util.find_spec("llama_cpp") is None:
-        assert main(["bench", "--peers", "llama.cpp"]) == 2
-        assert "llama-cpp-python is not installed" in capsys.readouterr().err
-
-
 def test_bench_times_whole_answers_with_answer_tokens(tmp_path, capsys):
     """--answer-tokens: every method's request decodes its answer; TTFT, decode rate and the
     whole answer's time come per row, and the CLI adds the weights, bandwidth and peak RSS."""
@@ -166,3 +129,17 @@ def test_bench_times_whole_answers_with_answer_tokens(tmp_path, capsys):
     assert config["weights"] == "dense" and config["bandwidth_gb_s"] > 0 and config["decode_limit_tok_s"] > 0
     assert config["peak_rss_mb"] >= config["loaded_peak_rss_mb"] > 0
     assert "answer4_s" in capsys.readouterr().out
+
+
+def test_plots_without_matplotlib_name_the_pip_extra(tmp_path, monkeypatch, capsys):
+    """matplotlib is optional: the command refuses --plot before loading a model, a library call
+    raises an ImportError naming the extra; nothing else needs it."""
+    from ragpic.cli import main
+    from ragpic.eval.plots import plot_bench
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"plot_bench .*matplotlib.*pip install 'ragpic\[notebooks\]'"):
+        plot_bench({"config": {"methods": []}, "rows": []}, tmp_path / "b.png")
+    assert main(["bench", "--plot", str(tmp_path / "b.png")]) == 2
+    assert "pip install 'ragpic[notebooks]'" in capsys.readouterr().err

@@ -274,27 +274,3 @@ def test_int8_variant_links_quantized_kv(tmp_path):
     for q in ("int8", "int4"):
         # with every chunk token recomputed, stored KV (quantized or not) no longer matters
         assert m[f"legolink-1000@{q}"]["tf_kl_vs_full"] == pytest.approx(0.0, abs=1e-4)
-
-
-def test_fidelity_points_are_each_evaluations_ratio_to_full(tmp_path):
-    from ragpic.eval.plots import fidelity_points, plot_fidelity
-
-    needle = {"summary": {"full": {"ttft_ratio_vs_full": 1.0, "hits_where_full_hits": 8, "full_hit_cells": 8},
-                          "naive": {"ttft_ratio_vs_full": 30.0, "hits_where_full_hits": 6, "full_hit_cells": 8}}}
-    musique = {"methods": {"full": {"ttft_ratio_vs_full": 1.0, "same_as_full": 1.0},
-                           "naive": {"ttft_ratio_vs_full": 12.0, "same_as_full": 0.25}}}
-    ruler = {"overall": {"naive": {"ttft_ratio_vs_full": 35.0, "score_ratio_vs_full": 0.6,
-                                   "score_ratio_vs_full_ci95": [0.4, 0.9]}}}
-    pts = fidelity_points(needle, musique, ruler)
-    assert pts["needle"]["naive"] == (30.0, 0.75, None)
-    assert pts["MuSiQue"]["naive"] == (12.0, 0.25, None)
-    assert pts["RULER"]["naive"] == (35.0, 0.6, [0.4, 0.9])
-    assert list(fidelity_points(ruler=ruler)) == ["RULER"]
-    # a report from before answer identity was summarised: taken from its per-question answers
-    older = {"methods": {"full": {"ttft_ratio_vs_full": 1.0}, "naive": {"ttft_ratio_vs_full": 9.0}},
-             "questions": [{"methods": {"full": {"answer": "Exeter College."}, "naive": {"answer": "exeter college"}}},
-                           {"methods": {"full": {"answer": "Paris"}, "naive": {"answer": "Rome"}}}]}
-    assert fidelity_points(musique=older)["MuSiQue"]["naive"] == (9.0, 0.5, None)
-    assert plot_fidelity("tiny", pts, tmp_path / "f.png").stat().st_size > 1000
-    with pytest.raises(ValueError, match="at least one"):
-        plot_fidelity("tiny", {}, tmp_path / "g.png")

