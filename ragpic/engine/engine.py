@@ -30,6 +30,7 @@ from ragpic.engine.calibration_file import find_calibration
 from ragpic.engine.compile_plan import compile_and_store, plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
 from ragpic.engine.in_order import check_in_order, compile_in_order, context_ids, entries_behind
+from ragpic.engine.plan_options import PlanOptions
 from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.prompting import check_messages, format_chat
 from ragpic.engine.request import LinkedRequest
@@ -250,21 +251,16 @@ class RagPic:
 
     def plan(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
              method: str | Method | None = None, chat: bool = True, arrived: float | None = None,
-             mine: Callable[[str], bool] | None = None,
-             compile_missing: Callable[[list[tuple[str, str]], Method], dict[str, ChunkKV]] | None = None,
-             pool: SlabPool | None = None, piece_rows: int | None = None, max_prompt_tokens: int | None = None,
-             cache_salt: str = "", **sampling) -> LinkedRequest:
+             options: PlanOptions | None = None, **sampling) -> LinkedRequest:
         """Match the prompt against the store (loading or compiling its chunks' KV) and plan its
         link: the :class:`~ragpic.engine.request.LinkedRequest` that :meth:`stream` and the
         server's scheduler then drive. No model work but compiles on a miss.
 
         Args: as :meth:`stream`, plus ``arrived`` (when the request arrived: ``ttft_s`` runs
-        from it), ``mine`` and ``compile_missing`` (see :meth:`segments`), ``pool`` (the cache
-        memory; default the engine's), ``piece_rows`` (most rows per link piece),
-        ``max_prompt_tokens`` (a smaller limit than the model's window: a server's) and
-        ``cache_salt`` (the prompt's leading text links only from KV kept by requests of the same
-        salt: a server passes each namespace's name, :mod:`ragpic.engine.prefix`).
+        from it) and ``options``, what a server sets (:class:`~ragpic.engine.plan_options.PlanOptions`:
+        the cache pool, link pieces, prompt limit, cache salt, visible keys, compiles of misses).
         """
+        opts = PlanOptions() if options is None else options
         arrived = time.perf_counter() if arrived is None else arrived
         asked = method if isinstance(method, Method) else parse_method(method or self.config.method)
         m = self.method_of(asked)
@@ -274,18 +270,19 @@ class RagPic:
             text = self.format_prompt(prompt) if chat else prompt
         else:
             text = self.format_chat(check_messages(prompt))
-        segs, stats = self.segments(text, hints, m, mine=mine, compile_missing=compile_missing)
+        segs, stats = self.segments(text, hints, m, mine=opts.mine, compile_missing=opts.compile_missing)
         if asked.kind == "auto" and stats.behind and 2 * stats.behind >= stats.matched:
             # most chunks read the chunks before them: fewer recomputed rows keep the same share
             # of full's score (ARCHITECTURE §4.9); the segments are the same, only the link differs
             m = self.auto_choice(behind=True).method
         n = sum(s.num_tokens for s in segs)
-        if max_prompt_tokens is not None and n > max_prompt_tokens:
+        if opts.max_prompt_tokens is not None and n > opts.max_prompt_tokens:
             raise ContextOverflowError(f"the prompt has {n} tokens, more than this server's limit of "
-                                       f"{max_prompt_tokens} (--max-prompt-tokens): send fewer or shorter chunks")
-        return LinkedRequest(self.lm, segs, m, params, stats=stats, pool=self._pool if pool is None else pool,
-                             piece_rows=piece_rows, arrived=arrived, model=self.lm.name,
-                             prefixes=self.prefixes if self.config.prefix_cache_tokens else None, cache_salt=cache_salt)
+                                       f"{opts.max_prompt_tokens} (--max-prompt-tokens): send fewer or shorter chunks")
+        return LinkedRequest(self.lm, segs, m, params, stats=stats, pool=self._pool if opts.pool is None else opts.pool,
+                             piece_rows=opts.piece_rows, arrived=arrived, model=self.lm.name,
+                             prefixes=self.prefixes if self.config.prefix_cache_tokens else None,
+                             cache_salt=opts.cache_salt)
 
     def stream(self, prompt: str | Messages, *, hints: Sequence[str] | None = None,
                method: str | Method | None = None, chat: bool = True, timeout: float | None = None,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ragpic.engine.generation import Generation
+from ragpic.engine.plan_options import PlanOptions
 from ragpic.engine.request import LinkedRequest, step_many
 from ragpic.serve.job import Delta, GenJob, Linked
 
@@ -52,10 +53,10 @@ def begin(engine: "RagPic", job: GenJob, pool, max_prompt_tokens: int, piece_row
     :class:`ContextOverflowError` for a prompt over ``max_prompt_tokens``.
     """
     chat = job.messages is not None
+    options = PlanOptions(pool=pool, piece_rows=piece_rows, max_prompt_tokens=max_prompt_tokens,
+                          cache_salt=cache_salt, mine=mine, compile_missing=compile_missing)
     req = engine.plan(job.messages if chat else job.prompt, hints=job.hints, method=job.method, chat=chat,
-                      arrived=job.arrived, mine=mine, compile_missing=compile_missing, pool=pool,
-                      piece_rows=piece_rows, max_prompt_tokens=max_prompt_tokens, cache_salt=cache_salt,
-                      **job.sampling)
+                      arrived=job.arrived, options=options, **job.sampling)
     return Running(job, req)
 
 
