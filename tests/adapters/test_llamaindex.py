@@ -133,7 +133,7 @@ def test_sync_async_streaming_queries_all_hits(built, question):
     assert len(set(answers.values())) == 1 and answers["sync"].strip(), answers
     for name, g in gens.items():
         assert (g.chunks_matched, g.chunks_loaded, g.chunks_compiled) == (TOP_K, TOP_K, 0), name
-        assert g.method == "legolink-16" and g.recomputed_tokens < g.prompt_tokens / 2
+        assert g.method == "fast" and g.recomputed_tokens < g.prompt_tokens / 2
     assert _hits(engine) == (4 * TOP_K, 0)
 
 

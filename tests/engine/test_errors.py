@@ -75,20 +75,22 @@ def test_wrap_model_checks_before_use():
         wrap_model(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2)), tiny_tokenizer())
 
 
-@pytest.mark.parametrize("bad", ["fast", "legolink", "legolink-x", "cacheblend-0", "cacheblend-101",
+@pytest.mark.parametrize("bad", ["quick", "legolink", "legolink-x", "cacheblend-0", "cacheblend-101",
                                  "qr", "qr-0", "qr-101", "qr-3-k", "qr-3-kx", "qr-3-k1-k2", "qr--k1",
-                                 "qp", "qp-0", "qp-3-k"])
+                                 "qp", "qp-0", "qp-3-k", "experimental:qr-0", "experimental:fast-1"])
 def test_unknown_method_lists_valid_ones(bad):
-    with pytest.raises(ValueError, match="use 'full', 'naive', 'legolink-<k>'.*'qr-<percent>.*'qp-<percent>"):
-        parse_method(bad)
+    with pytest.raises(ValueError, match="use 'auto'.*a preset \\(fast, balanced, faithful\\), 'full', 'naive' or "
+                                         "'legolink-<k>'.*'experimental:<recipe>'"):
+        parse_method(bad, experimental=True)
 
 
 @pytest.mark.parametrize("name,k,ratio", [("qr-3", 16, 0.03), ("qr-2.5", 16, 0.025), ("QR-10-K1", 1, 0.1),
                                           ("qr-100-k0", 0, 1.0)])
 def test_qr_names_parse_and_print_back(name, k, ratio):
-    m = parse_method(name)
+    m = parse_method(name, experimental=True)
     assert (m.kind, m.k, m.ratio, m.recipe) == ("qr", k, pytest.approx(ratio), "plain")
-    assert parse_method(m.name) == m and m.name == name.lower()
+    assert parse_method(m.name, experimental=True) == m and m.name == name.lower()
+    assert parse_method(f"experimental:{name}") == m  # the public spelling of an experimental recipe
 
 
 def test_empty_prompt_is_refused():

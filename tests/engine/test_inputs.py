@@ -46,7 +46,7 @@ def test_config_refuses_bad_values_naming_them(kwargs, message):
 
 def test_every_error_is_a_ragpic_error_and_the_builtin_callers_expect():
     with pytest.raises(RagPicError):
-        parse_method("fast")
+        parse_method("quick")
     with pytest.raises(ValueError):
         parse_method("cacheblend-0")
 

@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from ragpic.engine.calibration import FALLBACK
+
 from serve_helpers import Server, tiny_home
 from tiny import TEXT
 
@@ -111,7 +113,7 @@ def test_stream_equals_whole_answer(client):
     assert text == whole["choices"][0]["message"]["content"]
     assert events[0]["choices"][0]["delta"]["role"] == "assistant"
     assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] in ("stop", "length")
-    assert events[-1]["usage"] == whole["usage"] and events[-1]["ragpic"]["method"] == "legolink-16"
+    assert events[-1]["usage"] == whole["usage"] and events[-1]["ragpic"]["method"] == FALLBACK  # auto on a model with no calibration
 
 
 def test_completions_raw_prompt_equals_engine(client, engine):
