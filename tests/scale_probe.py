@@ -50,10 +50,9 @@ def engine_on(folder: str, lm):
 def fill(folder: str, lo: int, hi: int) -> None:
     """Store entries ``lo .. hi-1`` (several processes may fill one folder at once)."""
     from ragpic.core.kv import ChunkKV
-    from ragpic.core.methods import parse_method
 
     engine = engine_on(folder, small_lm())
-    lm, recipe = engine.lm, parse_method(engine.config.method).recipe
+    lm, recipe = engine.lm, engine.method_of().recipe
     layers, heads, dim = lm.num_layers, lm.num_kv_heads, lm.head_dim
     g = torch.Generator().manual_seed(lo)
     for start in range(lo, hi, 2000):

@@ -25,7 +25,7 @@ from ragpic.core.compile_recipe import LEGOLINK0_DUMMIES, PLAIN, dummy_recipe
 from ragpic.core.kv_quant import NAMES, KVQuant
 from ragpic.errors import ConfigError
 
-__all__ = ["EXPERIMENTAL", "METHOD_HELP", "PRESETS", "Method", "Preset", "Variant", "parse_method", "parse_variant"]
+__all__ = ["EXPERIMENTAL", "METHOD_HELP", "RECIPE_HELP", "PRESETS", "Method", "Preset", "Variant", "parse_method", "parse_variant"]
 
 EXPERIMENTAL = "experimental:"
 """The prefix that takes an experimental recipe where public names are asked for."""
@@ -53,6 +53,11 @@ METHOD_HELP = ("use 'auto' (the default: the fastest preset that keeps Config.fi
                "calibration), a preset (" + ", ".join(PRESETS) + "), 'full', 'naive' or 'legolink-<k>' (e.g. "
                "legolink-16, legolink-0); experimental recipes are written 'experimental:<recipe>', e.g. "
                "experimental:qr-4-k4-h1-w-s")
+RECIPE_HELP = ("experimental recipes: 'cacheblend-<percent>' (e.g. cacheblend-15), "
+               "'qr-<percent>[-k<k>][-h<hops>][-w][-s][-t<rows>]' (e.g. qr-3, qr-3-k1, qr-4-k4-h1-w-s), "
+               "'qp-<percent>[-k<k>][-d<percent>][-h<hops>][-w][-s]' (e.g. qp-5, qp-5-d25, qp-10-h2)")
+"""The research grammar, said when a name was marked experimental or looks like a recipe."""
+_RECIPE_START = ("qr", "qp", "cacheblend")
 QR_DEFAULT_K = 16
 QP_DEFAULT_DEPTH = 0.5
 """``qp``'s probe pass runs the first half of the layers unless its name says ``-d<percent>``."""
@@ -185,7 +190,9 @@ def parse_method(name: str | Method, *, experimental: bool = False) -> Method:
     marked = text.startswith(EXPERIMENTAL)
     method = _grammar(text.removeprefix(EXPERIMENTAL).strip())
     if method is None:
-        raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}")
+        bare = text.removeprefix(EXPERIMENTAL).strip()
+        recipe = marked or experimental or bare.startswith(_RECIPE_START)
+        raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}" + (f"; {RECIPE_HELP}" if recipe else ""))
     if method.experimental and not (marked or experimental):
         raise ConfigError(f"link method {name!r} is an experimental recipe: write {EXPERIMENTAL + method.spelled!r} "
                           f"to use it, or pick a public one ({', '.join(PRESETS)}, auto, full, naive, legolink-<k>)")
