@@ -188,9 +188,9 @@ def parse_method(name: str | Method, *, experimental: bool = False) -> Method:
         return name
     text = str(name).strip().lower()
     marked = text.startswith(EXPERIMENTAL)
-    method = _grammar(text.removeprefix(EXPERIMENTAL).strip())
+    bare = text.removeprefix(EXPERIMENTAL).strip()
+    method = _grammar(bare)
     if method is None:
-        bare = text.removeprefix(EXPERIMENTAL).strip()
         recipe = marked or experimental or bare.startswith(_RECIPE_START)
         raise ConfigError(f"unknown link method {name!r}: {METHOD_HELP}" + (f"; {RECIPE_HELP}" if recipe else ""))
     if method.experimental and not (marked or experimental):
