@@ -171,7 +171,8 @@ def test_bf16_with_folded_heads_matches_fp32(monkeypatch):
 
 
 def test_auto_dtype_is_bf16_only_on_a_cpu_with_native_bf16(monkeypatch):
-    """``dtype="auto"`` (docs/RESULTS.md §8) asks torch's CPU probe (AVX512_BF16 or AMX), never guesses."""
+    """``dtype="auto"`` (docs/RESULTS.md §8) asks torch's CPU probe (AVX512_BF16 or AMX) and the
+    capability torch dispatches to (an AVX2 dispatch has no bf16 kernels), never guesses."""
     from ragpic.core.ops import device as device_mod
 
     cpu = torch.device("cpu")
@@ -182,6 +183,10 @@ def test_auto_dtype_is_bf16_only_on_a_cpu_with_native_bf16(monkeypatch):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
         assert device_mod.cpu_bf16_native() is want
         assert device_mod.auto_dtype(cpu) == (torch.bfloat16 if want else torch.float32)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    for capability, want in (("AVX512", True), ("AVX2", False), ("DEFAULT", False)):  # what torch dispatches to
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert device_mod.cpu_bf16_native() is want, capability
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: not including_emulation)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     assert device_mod.auto_dtype(torch.device("cuda:0")) == torch.bfloat16  # a GPU: as the default
@@ -216,3 +221,20 @@ def test_a_bf16_engine_never_reads_entries_an_fp32_engine_stored(tmp_path):
     g = e32.generate(CHUNKS[0] + " what did the fox do?", chat=False, hints=CHUNKS[:1], max_new_tokens=2)
     assert (g.chunks_loaded, g.chunks_compiled) == (1, 0)
     e32.store.close(), e16.store.close()
+
+
+def test_an_avx2_dispatch_is_taken_as_an_avx2_cpu():
+    """Under ``ATEN_CPU_CAPABILITY=avx2`` (how an AVX2 machine is emulated on this one) the
+    weights ``auto`` picks are the AVX2 machine's: no native bf16, so dense fp32, whatever the silicon."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; from ragpic.core.ops.device import cpu_bf16_native; "
+            "from ragpic.core.weights.resolve import resolve_weights; from ragpic.core.weights.formats import WeightFormat; "
+            "print(torch.backends.cpu.get_cpu_capability(), cpu_bf16_native(), "
+            "resolve_weights(WeightFormat.AUTO, gguf=True, device=torch.device('cpu'), dtype=None)[0].value)")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["AVX2", "False", "dense"], out.stdout

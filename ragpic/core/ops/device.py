@@ -106,7 +106,14 @@ def auto_dtype(device: torch.device, cpu_bf16: bool | None = None) -> torch.dtyp
 
 
 def cpu_bf16_native() -> bool:
-    """Whether this CPU has bf16 dot-product instructions torch's kernels use (AVX512_BF16, AMX)."""
+    """Whether this CPU has bf16 dot-product instructions torch's kernels use (AVX512_BF16, AMX).
+
+    Asks the silicon and also what torch dispatches to: under ``ATEN_CPU_CAPABILITY=avx2`` (an
+    AVX2 machine emulated on an AVX-512 one) torch's kernels run the AVX2 paths even though the
+    silicon has bf16, so the choice must be the AVX2 machine's."""
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")()
+    if not str(capability).upper().startswith("AVX512"):
+        return False
     probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
     return any(bool(p()) for p in probes if p is not None)
 
