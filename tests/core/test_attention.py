@@ -14,16 +14,10 @@ from ragpic.core.ops import attention as sdpa_mod
 from ragpic.core.ops.attention import banded_sdpa, grouped_sdpa, query_bands
 from ragpic.core.forward import additive_mask
 from ragpic.core.link import link, recompute_mask
-from ragpic.core.methods import parse_method as _parse_method
 from ragpic.core.ops.linked_cache import SlabPool
 from prompts import prompt_with
+from recipes import parse_method
 from tiny import tiny_lm
-
-
-def parse_method(name):
-    """The core's own tests spell research recipes bare (``qr-10``); the user-facing
-    grammar takes them only marked experimental (ARCHITECTURE §4.9)."""
-    return _parse_method(name, experimental=True)
 
 TOL = 1e-5
 # a legolink-like row layout: the first 3 tokens of chunks at 40, 90, 150, then a 6-token query

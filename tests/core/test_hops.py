@@ -8,15 +8,9 @@ import torch
 from ragpic.core.link import link
 from ragpic.core.link.hops import select_with_hops
 from ragpic.core.link.query_guided import select_spans
-from ragpic.core.methods import parse_method as _parse_method
 from prompts import compile_texts, linked_prompt
+from recipes import parse_method
 from tiny import tiny_lm
-
-
-def parse_method(name):
-    """The core's own tests spell research recipes bare (``qr-10``); the user-facing
-    grammar takes them only marked experimental (ARCHITECTURE §4.9)."""
-    return _parse_method(name, experimental=True)
 
 
 def chain_prompt() -> tuple[torch.Tensor, list[tuple[int, int]], torch.Tensor]:

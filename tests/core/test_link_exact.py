@@ -6,17 +6,11 @@ import pytest
 import torch
 
 from ragpic.core.link import link, recompute_mask
-from ragpic.core.methods import parse_method as _parse_method
 from ragpic.core.kv import rotate_keys
 from ragpic.core.segments import Segment, chunk_segment, text_segment
 from prompts import CHUNKS, compile_texts, linked_prompt
+from recipes import parse_method
 from tiny import tiny_lm
-
-
-def parse_method(name):
-    """The core's own tests spell research recipes bare (``qr-10``); the user-facing
-    grammar takes them only marked experimental (ARCHITECTURE §4.9)."""
-    return _parse_method(name, experimental=True)
 
 TOL = 1e-4
 ARCHS = [("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa"), ("mistral", "sdpa"),

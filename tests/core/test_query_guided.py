@@ -9,18 +9,12 @@ from ragpic.core.link.plan import new_cache
 from ragpic.core.link import ChunkedLink
 from ragpic.core.forward import recompute_rows
 from ragpic.core.link import link, recompute_mask
-from ragpic.core.methods import parse_method as _parse_method
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.link.query_guided import chunk_spans, select_spans, trailing_text_rows
 from ragpic.errors import ConfigError, LinkError
 from prompts import compile_texts, linked_prompt
+from recipes import parse_method
 from tiny import tiny_lm
-
-
-def parse_method(name):
-    """The core's own tests spell research recipes bare (``qr-10``); the user-facing
-    grammar takes them only marked experimental (ARCHITECTURE §4.9)."""
-    return _parse_method(name, experimental=True)
 
 TOL = 1e-4
 KINDS = ["llama", "qwen2", "mistral", "qwen3", "gemma"]

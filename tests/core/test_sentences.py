@@ -9,16 +9,10 @@ from ragpic.core.link import link
 from ragpic.core.link.hops import select_with_hops
 from ragpic.core.link.query_guided import chunk_spans
 from ragpic.core.link.sentences import MAX_RUN, sentence_ends, sentence_spans
-from ragpic.core.methods import parse_method as _parse_method
 from ragpic.core.segments import Segment, concat_ids
 from prompts import compile_texts, linked_prompt
+from recipes import parse_method
 from tiny import tiny_lm, tiny_tokenizer
-
-
-def parse_method(name):
-    """The core's own tests spell research recipes bare (``qr-10``); the user-facing
-    grammar takes them only marked experimental (ARCHITECTURE §4.9)."""
-    return _parse_method(name, experimental=True)
 
 
 def text(n: int) -> Segment:

@@ -111,8 +111,7 @@ def cpu_bf16_native() -> bool:
     Asks the silicon and also what torch dispatches to: under ``ATEN_CPU_CAPABILITY=avx2`` (an
     AVX2 machine emulated on an AVX-512 one) torch's kernels run the AVX2 paths even though the
     silicon has bf16, so the choice must be the AVX2 machine's."""
-    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")()
-    if not str(capability).upper().startswith("AVX512"):
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
         return False
     probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
     return any(bool(p()) for p in probes if p is not None)
