@@ -6,7 +6,7 @@ Two names do the work::
 
     engine = RagPic(Config(store="index/kv"))          # embedded SmolLM2 unless model= is set
     engine.compile(passages, progress=True)             # once, at ingest
-    print(engine.generate(prompt_with_passages).text)   # linked with legolink-16
+    print(engine.generate(prompt_with_passages).text)   # linked with method="auto"
 
 ``kv_folder(index_folder)`` says where an index's KV lives; every error ragpic raises is a
 :class:`ragpic.errors.RagPicError`. Framework classes: ``ragpic.llm.llamaindex.RagPicLLM``

@@ -4,6 +4,7 @@
 #   scripts/run.sh test [pytest args...]        the whole test suite
 #   scripts/run.sh serve [ragpic serve args...] the OpenAI-compatible server (docs/SERVING.md)
 #   scripts/run.sh model get|list [...]         a pinned larger model (Qwen2.5-Coder 0.5B/1.5B GGUF)
+#   scripts/run.sh docs [mkdocs serve args...]  build the documentation site (--strict) and serve it on 127.0.0.1:8001
 # Re-runs skip the installs that are already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,5 +46,6 @@ case "$cmd" in
   model) setup; exec ragpic model "$@" ;;
   test) need_redis; setup; exec python -m pytest -q "$@" ;;
   setup) need_redis; setup ;;
-  *) echo "usage: scripts/run.sh demo|test|serve|model|setup [args...]" >&2; exit 2 ;;
+  docs) setup; mkdocs build --strict --quiet && exec mkdocs serve --strict -a 127.0.0.1:8001 "$@" ;;
+  *) echo "usage: scripts/run.sh demo|test|serve|model|docs|setup [args...]" >&2; exit 2 ;;
 esac

@@ -125,6 +125,8 @@ def read_source(source: str | os.PathLike, option: str = "SOURCE") -> Iterator[D
 
 
 def read_sources(sources: Iterable[str | os.PathLike], option: str = "SOURCE") -> Iterator[Doc]:
+    """Every document of ``sources`` (folders of ``.txt``/``.md`` files, ``.jsonl`` files, as
+    ``ragpic compile`` takes them), in order; ``option`` names the argument in errors."""
     for source in sources:
         yield from read_source(source, option)
 
