@@ -30,13 +30,13 @@ ALLOWED = {
     "ragpic.core.kv_quant": ("ragpic.errors",),
     # weight formats: the name table (stdlib), its layers and the GGUF block maps, below the model record
     "ragpic.core.weights.formats": ("ragpic.errors",),
-    "ragpic.core.weights": ("ragpic.core.weights", "ragpic.core.ops", "ragpic.errors"),
+    "ragpic.core.weights": ("ragpic.core.weights", "ragpic.core.ops", "ragpic.core.gguf_header", "ragpic.errors"),
     # below the link (docs/ARCHITECTURE.md §2): chunk KV and segments, the model record, the
     # forward step and decode never import ragpic.core.link
     "ragpic.core.kv": ("ragpic.core.compile_recipe", "ragpic.core.methods", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.segments": ("ragpic.core.kv", "ragpic.errors"),
     "ragpic.core.model": ("ragpic.core.default_model", "ragpic.core.fingerprint", "ragpic.core.gguf", "ragpic.core.ops",
-                          "ragpic.core.weights", "ragpic.errors", "ragpic.paths"),  # paths: the embedded model's file
+                          "ragpic.core.supported", "ragpic.core.weights", "ragpic.errors", "ragpic.paths"),  # paths: the embedded model's file
     "ragpic.core.decode_step": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.forward": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.decode": ("ragpic.core.decode_step", "ragpic.core.forward", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks",

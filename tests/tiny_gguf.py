@@ -39,13 +39,16 @@ def _tensors(model, arch: str):
                 yield f"blk.{i}.{gg}.{part}", w
 
 
-def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed: int = 0, quant: str | None = None,
+def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed: int = 0,
+                    quant: str | dict[str, str] | None = None, tied: bool = False, extra: dict | None = None,
                     **overrides):
     """Write ``tiny_lm(kind)`` as a GGUF file (fp32 tensors, byte-level BPE tokenizer).
 
     ``quant`` (``"Q4_0"``, ``"Q4_1"``, ``"Q8_0"``...): store every 2-D weight in that GGML type,
     quantized by the ``gguf`` package as llama.cpp would (the source model's logits then differ
-    from the file's: compare with the file loaded dense).
+    from the file's: compare with the file loaded dense); a dict maps a fragment of the tensor's
+    name to its type (the first that matches; ``""`` for the rest), as a Q4_K_M file mixes types.
+    ``tied``: no ``output.weight`` (the head reads the embedding); ``extra``: more tensors by name.
     ``arch`` overrides ``general.architecture`` (to write a file ragpic must refuse);
     ``overrides`` go to :func:`tiny.tiny_config`. Returns the wrapped source model, whose
     logits the converted one must reproduce.
@@ -81,10 +84,13 @@ def write_tiny_gguf(path, kind: str = "qwen2", *, arch: str | None = None, seed:
     w.add_eos_token_id(cfg.eos_token_id)
     w.add_pad_token_id(cfg.pad_token_id)
     w.add_chat_template(tok.chat_template)
-    for name, tensor in _tensors(lm.model, arch or kind):
+    for name, tensor in [*_tensors(lm.model, arch or kind), *(extra or {}).items()]:
+        if tied and name == "output.weight":
+            continue
         tensor = np.ascontiguousarray(tensor, dtype=np.float32)
-        if quant is not None and tensor.ndim == 2:
-            qtype = gguf.GGMLQuantizationType[quant]
+        qname = quant if not isinstance(quant, dict) else next((q for frag, q in quant.items() if frag in name), None)
+        if qname is not None and tensor.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[qname]
             w.add_tensor(name, gguf.quants.quantize(tensor, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(name, tensor)

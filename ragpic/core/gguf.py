@@ -1,11 +1,12 @@
-"""Any GGUF file as a model: read its header, refuse what cannot load, dequantize once, cache.
+"""Any GGUF file as a model: read its header, refuse what cannot load, convert once, cache.
 
 ``Config(model="x.gguf")`` lands here (docs/ARCHITECTURE.md §2). The header is read
 first, in well under a second, so an architecture ragpic cannot link or a file cut short is
-refused before gigabytes are dequantized. A file that passes is dequantized by transformers'
-GGUF reader to the requested dtype once and saved as a Hugging Face folder (safetensors,
-config, tokenizer) under ``cache_dir()/models/gguf/``, keyed by the file's SHA-256 and the
-dtype: a renamed or moved copy of the same file reuses the folder, an edited file does not.
+refused before a tensor is read. A file that passes is converted once, a tensor at a time
+(:mod:`ragpic.core.weights.from_gguf`: the whole model never exists dense, so the first load
+stays within about the file's own size), into a folder under ``cache_dir()/models/gguf/``
+keyed by the file's SHA-256, the weights format and the dtype: a renamed or moved copy of the
+same file reuses the folder, an edited file does not.
 
 The header parser lives in :mod:`ragpic.core.gguf_header`; torch and transformers are
 imported only when a conversion actually runs.
@@ -15,17 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from ragpic.paths import cache_dir
 from ragpic.core.gguf_header import GGUFHeader, read_header
 from ragpic.errors import ModelFileError, UnsupportedModelError
 
-__all__ = ["GGUF_ARCHITECTURES", "GGUFHeader", "check_gguf", "convert_gguf", "file_sha256", "gguf_model_dir", "known_sha256",
-           "is_gguf_path", "read_header"]
+__all__ = ["GGUF_ARCHITECTURES", "GGUFHeader", "check_gguf", "convert_gguf", "file_sha256", "folder_name", "gguf_config",
+           "gguf_folder", "is_gguf_path", "known_sha256", "read_header"]
 
 # GGUF ``general.architecture`` values ragpic converts: transformers' GGUF reader reads them AND
 # ragpic links them exactly (core.model.SUPPORTED_MODEL_TYPES). Gemma is linkable but
@@ -109,60 +108,78 @@ def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def gguf_model_dir(path: str | os.PathLike, dtype, *, option: str = "model") -> Path:
-    """The cached HF folder of a GGUF file in ``dtype``, converting it on first use.
+def folder_name(stem: str, digest: str, fmt, dtype) -> str:
+    """The cache folder's name of a GGUF converted to ``fmt`` in ``dtype``: by content and format,
+    and for int4 layers by this CPU's packing (packed bytes of an AVX-512 machine are wrong on an
+    AVX2 one: :func:`ragpic.core.weights.linear.pack_block`)."""
+    from ragpic.core.weights import WeightFormat
+
+    name = f"{stem}-{digest[:16]}-{_dtype_name(dtype)}"
+    if fmt is WeightFormat.DENSE:
+        return name
+    if fmt is WeightFormat.INT8:
+        return f"{name}-{fmt.value}-v2"
+    from ragpic.core.weights.linear import pack_block
+
+    return f"{name}-{fmt.value}-b{pack_block()}-v2"
+
+
+def gguf_config(path: str | os.PathLike):
+    """The transformers config of a GGUF file, from its header alone (no tensor is read)."""
+    from transformers import AutoConfig
+
+    path = Path(path).expanduser()
+    return AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+
+
+def gguf_folder(path: str | os.PathLike, fmt, dtype, *, option: str = "model") -> Path:
+    """The cached folder of a GGUF file in weights format ``fmt`` and ``dtype``, converted on first use.
 
     Args:
         path: a ``.gguf`` file.
-        dtype: ``torch.dtype`` the weights are dequantized to (``torch.float32``...).
+        fmt: a :class:`~ragpic.core.weights.WeightFormat` other than ``auto``: ``dense`` gives a
+            Hugging Face folder, a quantized format ragpic's saved model
+            (:mod:`ragpic.core.weights.saved`).
+        dtype: the ``torch.dtype`` the model computes in.
         option: how messages name the argument.
+
+    Raises:
+        UnsupportedModelError: the architecture or its RoPE cannot be linked, or a tensor does not fit.
+        ModelFileError: missing, not GGUF, or cut short.
     """
+    from ragpic.core.supported import check_supported
+
     path = Path(path).expanduser()
     header = check_gguf(path, option)
-    digest = known_sha256(path)
-    target = cache_dir() / "models" / "gguf" / f"{path.stem}-{digest[:16]}-{_dtype_name(dtype)}"
-    if (target / "config.json").exists():
+    target = cache_dir() / "models" / "gguf" / folder_name(path.stem, known_sha256(path), fmt, dtype)
+    if (target / "config.json").is_file():  # written last inside the folder, which is renamed into place whole
         return target
-    print(f"ragpic: dequantizing {path.name} ({header.architecture}, {header.tensor_count} tensors) to "
-          f"{_dtype_name(dtype)} once; cached in {target}", file=sys.stderr)
-    return convert_gguf(path, target, dtype)
+    config = gguf_config(path)
+    check_supported(config)  # refuse before a tensor is read
+    print(f"ragpic: converting {path.name} ({header.architecture}, {header.tensor_count} tensors) to weights={fmt.value} "
+          f"in {_dtype_name(dtype)} once, a tensor at a time; cached in {target}", file=sys.stderr)
+    return convert_gguf(path, target, dtype, fmt=fmt, config=config)
 
 
-def convert_gguf(path: str | os.PathLike, target: Path, dtype) -> Path:
-    """Dequantize ``path`` with transformers' GGUF reader and save it as an HF folder at ``target``.
+def convert_gguf(path: str | os.PathLike, target: Path, dtype, *, fmt=None, config=None) -> Path:
+    """Convert ``path`` to the folder ``target`` (:func:`ragpic.core.weights.from_gguf.write_converted`).
+
+    Args:
+        dtype: a ``torch.dtype`` or its name (``"float32"``).
+        fmt: the weights format (default ``dense``: a Hugging Face folder).
+        config: the file's config when the caller has read it already.
 
     The folder appears atomically (written beside it, then renamed): a crash never leaves a
     half-written model, and of two processes converting at once the second's copy is dropped.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from ragpic.core.weights import WeightFormat
+    from ragpic.core.weights.from_gguf import write_converted
 
     path = Path(path)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    refusal = (f"{path}: transformers' GGUF reader could not place every weight (the config it derives from "
-               "the header does not fit the tensors, e.g. a qwen3 file whose head_dim is not 128); the model "
-               "would be partly random, so it is refused: convert it to a Hugging Face folder instead")
-    try:
-        model, info = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype,
-                                                           output_loading_info=True)
-    except RuntimeError as e:  # transformers' own refusal of a tensor whose shape differs
-        if "mismatch" not in str(e):
-            raise
-        raise UnsupportedModelError(refusal) from e
-    if info.get("missing_keys") or info.get("mismatched_keys"):  # would be randomly initialized
-        raise UnsupportedModelError(f"{refusal} (unplaced: {sorted(map(str, info.get('missing_keys') or ()))[:3]})")
-    # The dequantized weights are plain tensors now; drop the GGUF marker so they can be saved.
-    del model.config.quantization_config
-    model.hf_quantizer = None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "config.json").exists():  # not another process winning the race
-            raise
-    return target
+    config = gguf_config(path) if config is None else config
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return write_converted(path, target, config, tokenizer, fmt or WeightFormat.DENSE, dtype)

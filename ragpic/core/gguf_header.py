@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ragpic.errors import ModelFileError
 
-__all__ = ["GGUFHeader", "read_header", "read_metadata"]
+__all__ = ["GGUFHeader", "TensorInfo", "read_header", "read_metadata"]
 
 _MAGIC = b"GGUF"
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -31,6 +31,7 @@ class GGUFHeader:
         architecture: ``general.architecture`` (``"qwen2"``, ``"llama"``...).
         name: ``general.name`` or None.
         tensor_count: tensors the file declares.
+        tensors: the tensor table, in the file's order.
         data_end: bytes the file must hold: the tensor data section's start plus the end of
             its furthest tensor. A shorter file was cut short.
     """
@@ -39,6 +40,18 @@ class GGUFHeader:
     name: str | None
     tensor_count: int
     data_end: int
+    tensors: tuple[TensorInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One entry of the tensor table: ``dims`` in GGUF's order (the contiguous one first),
+    ``offset`` from the start of the file."""
+
+    name: str
+    ggml_type: int
+    dims: tuple[int, ...]
+    offset: int
 
 
 class _Cursor:
@@ -136,13 +149,15 @@ def _metadata(cur: _Cursor, path: Path) -> tuple[int, dict]:
 
 def _parse(cur: _Cursor, path: Path) -> GGUFHeader:
     tensor_count, meta = _metadata(cur, path)
-    end = 0
+    end, table = 0, []
     for _ in range(tensor_count):
         name = cur.string()
         dims = [cur.take("<Q") for _ in range(cur.take("<I"))]
         ggml_type, offset = cur.take("<I"), cur.take("<Q")
         end = max(end, offset + _tensor_bytes(ggml_type, dims, name, path))
+        table.append((name, ggml_type, tuple(dims), offset))
     align = int(meta.get("general.alignment") or 32)
     data_start = -(-cur.pos // align) * align
     return GGUFHeader(architecture=str(meta.get("general.architecture") or ""), name=meta.get("general.name"),
-                      tensor_count=tensor_count, data_end=data_start + end)
+                      tensor_count=tensor_count, data_end=data_start + end,
+                      tensors=tuple(TensorInfo(n, t, d, data_start + o) for n, t, d, o in table))

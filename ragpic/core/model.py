@@ -10,7 +10,6 @@ callers and tests, not on the link or decode path.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,10 +17,11 @@ import torch
 
 from ragpic.core.default_model import DEFAULT_MODEL, default_model_dir
 from ragpic.core.fingerprint import model_fingerprint
-from ragpic.core.gguf import check_gguf, gguf_model_dir, is_gguf_path, known_sha256
+from ragpic.core.gguf import check_gguf, gguf_folder, is_gguf_path, known_sha256
 from ragpic.core.ops import attention
 from ragpic.core.ops.attention import ATTENTION_NAME, AttentionPlan, Band, banded_sdpa, uses_banded_attention
 from ragpic.core.ops.device import auto_dtype, default_dtype, normalize_device
+from ragpic.core.supported import SUPPORTED_MODEL_TYPES, check_supported
 from ragpic.core.weights import WeightFormat, parse_weights
 from ragpic.errors import UnsupportedModelError
 from ragpic.paths import default_gguf
@@ -29,11 +29,6 @@ from ragpic.paths import default_gguf
 __all__ = ["DEFAULT_MODEL", "LoadedModel", "check_supported", "default_dtype", "load_model", "load_tokenizer",
            "use_banded_attention", "wrap_model"]
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
-# RoPE types whose angle is a fixed function of (position, frequency): a key computed at
-# position p can be moved to p + d by one more rotation of angle d. Dynamic NTK, YaRN and
-# longrope rescale with the sequence length (or scale cos/sin), so that identity breaks.
-STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 
 
 @dataclass(slots=True)
@@ -111,24 +106,6 @@ def load_kwargs(device: torch.device, dtype: torch.dtype) -> dict:
     return {"dtype": dtype, "device_map": str(device)}
 
 
-def check_supported(config) -> None:
-    """Raise :class:`UnsupportedModelError` unless the config's RoPE can be re-rotated exactly."""
-    model_type = getattr(config, "model_type", "?")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"model type {model_type!r} is not supported by ragpic: linking needs a decoder whose "
-            f"keys carry a plain rotary position embedding. Supported: {', '.join(SUPPORTED_MODEL_TYPES)}."
-        )
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
-    if rope_type not in STATIC_ROPE_TYPES:
-        raise UnsupportedModelError(
-            f"{model_type} model uses rope_type {rope_type!r}, whose rotation depends on the sequence "
-            f"length or rescales cos/sin, so cached keys cannot be moved to new positions exactly. "
-            f"Supported rope types: {', '.join(STATIC_ROPE_TYPES)}."
-        )
-
-
 def _rotary_inv_freq(model: torch.nn.Module) -> torch.Tensor:
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
     if rotary is None or not hasattr(rotary, "inv_freq"):
@@ -204,33 +181,6 @@ def _sliding_window(cfg) -> int | None:
     return int(window)
 
 
-def _saved_folder(dense: Path, fmt: WeightFormat) -> Path:
-    """Where a GGUF's quantized model is saved: beside its dense folder, by format, and by the
-    int4 layout of this CPU (packed bytes of an AVX-512 machine are wrong on an AVX2 one)."""
-    from ragpic.core.weights.linear import pack_block
-
-    return Path(f"{dense}-{fmt.value}") if fmt is WeightFormat.INT8 else Path(f"{dense}-{fmt.value}-b{pack_block()}")
-
-
-def _quantized_gguf(target: Path, dense_dir, gguf_file, fmt: WeightFormat, config, dtype: torch.dtype):
-    """``(model, summary)`` of a GGUF in a quantized format: saved at ``target`` the first time
-    (from the dense folder and the file's own blocks), mapped back from it every time."""
-    from transformers import AutoModelForCausalLM
-
-    from ragpic.core.weights.apply import quantize_model
-    from ragpic.core.weights.saved import load_saved, save_quantized
-
-    loaded = load_saved(target, config, dtype)
-    if loaded is None:
-        print(f"ragpic: quantizing {Path(gguf_file).name} to weights={fmt.value} once; cached in {target}",
-              file=sys.stderr)
-        model = AutoModelForCausalLM.from_pretrained(dense_dir, **load_kwargs(torch.device("cpu"), dtype))
-        save_quantized(model, target, quantize_model(model, fmt, gguf_path=gguf_file).summary())
-        del model
-        loaded = load_saved(target, config, dtype)
-    return loaded
-
-
 def load_model(
     name_or_path: str | None = None,
     *,
@@ -273,13 +223,15 @@ def load_model(
     fmt, dtype = resolve_weights(parse_weights(weights), gguf=is_gguf_path(path), device=dev, dtype=dtype)
     dtype = dtype or default_dtype(dev)
     gguf_file = path if is_gguf_path(path) else None
-    if gguf_file is not None:  # a GGUF file: dequantized once to `dtype`, cached by its SHA-256
-        path = gguf_model_dir(gguf_file, dtype)
+    if gguf_file is not None:  # converted once to (fmt, dtype), a tensor at a time, cached by its SHA-256
+        path = gguf_folder(gguf_file, fmt, dtype)
     config = AutoConfig.from_pretrained(path)
     check_supported(config)  # refuse before loading gigabytes
     tokenizer = AutoTokenizer.from_pretrained(path)
-    if fmt.quantized and gguf_file is not None:  # quantized once, saved beside the dense folder
-        model, summary = _quantized_gguf(_saved_folder(path, fmt), path, gguf_file, fmt, config, dtype)
+    if fmt.quantized and gguf_file is not None:  # the folder holds the quantized layers themselves
+        from ragpic.core.weights.saved import load_saved
+
+        model, summary = load_saved(path, config, dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
         summary = ""

@@ -21,21 +21,6 @@ def test_the_int4_pack_unpacks_to_its_codes():
     assert torch.equal(unpack_int4(pack_int4(codes)), codes)
 
 
-def test_the_int4_layout_is_this_cpu_s_and_keys_a_saved_model(tmp_path):
-    """The kernel's layout depends on the ISA torch dispatches to (64-row blocks with AVX-512, 32
-    with AVX2): a model saved packed on one machine is never mapped back on another."""
-    from ragpic.core.model import _saved_folder
-    from ragpic.core.weights.linear import pack_block
-
-    block = pack_block()
-    assert block in (64, 32, 16, 8, 4, 2)
-    assert (torch.backends.cpu.get_cpu_capability() != "AVX2") or block == 32
-    dense = tmp_path / "model-float32"
-    assert _saved_folder(dense, WeightFormat.GGUF).name == f"model-float32-gguf-b{block}"
-    assert _saved_folder(dense, WeightFormat.INT4).name == f"model-float32-int4-b{block}"
-    assert _saved_folder(dense, WeightFormat.INT8).name == "model-float32-int8"  # no int4 inside
-
-
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_quantized_layer_computes_with_its_dequantized_weight(kind):
     torch.manual_seed(0)

@@ -46,9 +46,18 @@ def quantize_int4(w: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, to
     return q, scale.t().contiguous(), (lo + 8 * scale).t().contiguous()
 
 
+_PACK_ROWS = 8192  # rows packed per call: the kernel's int32 input is 4 bytes a code (2.2 GB for a 7B head)
+
+
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """``(N, K)`` codes in 0..15 -> the ``(N, K/2)`` uint8 layout the CPU kernel reads."""
-    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+    """``(N, K)`` codes in 0..15 -> the ``(N, K/2)`` uint8 layout the CPU kernel reads.
+
+    Packed in slices of whole 64-row blocks (the layout is per block of rows, so the slices
+    concatenate to the whole): the int32 copy the packing op takes is a slice's, not the tensor's.
+    """
+    parts = [torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes[i:i + _PACK_ROWS].to(torch.int32).contiguous(), 1)
+             for i in range(0, codes.shape[0], _PACK_ROWS)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _unpack(packed: torch.Tensor, block: int) -> torch.Tensor:

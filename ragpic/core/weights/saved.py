@@ -1,11 +1,13 @@
-"""A quantized model saved once and mapped back (docs/ARCHITECTURE.md §4.8).
+"""A converted model on disk: written a shard at a time, mapped back (docs/ARCHITECTURE.md §4.8).
 
-Quantizing a GGUF's 0.5B takes ~45 s (reading, checking and packing every tensor) and leaves
-the heap holding the dense copy it came from. So the first load saves the result beside the
-dense folder, keyed like it by the file's SHA-256 plus the format and dtype: the buffers as
-safetensors (plain tensors, no code) and a JSON table of which module is which layer kind.
-Later loads build the model on the meta device, put the layers back from that table and map
-the tensors from the file: a few seconds, and the weights are the file's pages.
+A GGUF file is converted once (:mod:`ragpic.core.weights.from_gguf`) into a folder keyed by the
+file's SHA-256, the format and the dtype: the tensors as safetensors shards (plain tensors, no
+code), the config, the tokenizer and, for a quantized format, a JSON table of which module is
+which layer kind. :class:`ShardWriter` flushes a shard as soon as it holds
+:data:`SHARD_BYTES`, so converting never holds more than a shard and the tensor being made.
+A dense folder is a Hugging Face checkpoint (``model.safetensors.index.json``) that
+``from_pretrained`` reads; a quantized one is built on the meta device and filled from the
+shards by :func:`load_saved`: a few seconds, and the weights are the files' pages.
 """
 
 from __future__ import annotations
@@ -21,10 +23,87 @@ from torch import nn
 
 from ragpic.core.weights.linear import Int4Embedding, Int4Linear, Int8Embedding, Int8Linear
 
-__all__ = ["load_saved", "save_quantized"]
+__all__ = ["INDEX", "KINDS", "SHARD_BYTES", "ShardWriter", "kind_of", "load_saved", "saved_folder_ready", "staging",
+           "write_table"]
 
-_KINDS = {"int8": Int8Linear, "int4": Int4Linear, "int8_embedding": Int8Embedding, "int4_embedding": Int4Embedding}
-_FILE, _TABLE = "weights.safetensors", "layers.json"
+KINDS = {"int8": Int8Linear, "int4": Int4Linear, "int8_embedding": Int8Embedding, "int4_embedding": Int4Embedding}
+INDEX, _TABLE = "model.safetensors.index.json", "layers.json"
+SHARD_BYTES = 64 << 20
+
+
+def kind_of(module: nn.Module) -> str:
+    """The table name of a quantized layer (a key of :data:`KINDS`)."""
+    return {v: k for k, v in KINDS.items()}[type(module)]
+
+
+class ShardWriter:
+    """Tensors into ``model-NNNNN.safetensors`` shards under ``folder`` and the index that names them.
+
+    Shards are flushed at :data:`SHARD_BYTES`; :meth:`close` writes the last one and the index.
+    """
+
+    def __init__(self, folder: Path, shard_bytes: int = SHARD_BYTES):
+        self.folder, self.shard_bytes = folder, shard_bytes
+        self.pending: dict[str, torch.Tensor] = {}
+        self.pending_bytes = self.total_bytes = 0
+        self.weight_map: dict[str, str] = {}
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        if name in self.weight_map or name in self.pending:
+            raise ValueError(f"{name}: written twice")
+        tensor = tensor.contiguous()
+        self.pending[name] = tensor
+        size = tensor.numel() * tensor.element_size()
+        self.pending_bytes += size
+        self.total_bytes += size
+        if self.pending_bytes >= self.shard_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        from safetensors.torch import save_file
+
+        if not self.pending:
+            return
+        shard = f"model-{len(set(self.weight_map.values())) + 1:05d}.safetensors"
+        save_file(self.pending, str(self.folder / shard), metadata={"format": "pt"})
+        self.weight_map.update(dict.fromkeys(self.pending, shard))
+        self.pending, self.pending_bytes = {}, 0
+
+    def close(self) -> None:
+        self._flush()
+        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": dict(sorted(self.weight_map.items()))}
+        (self.folder / INDEX).write_text(json.dumps(index, indent=1))
+
+
+class staging:
+    """``with staging(target) as tmp:`` a folder beside ``target`` renamed onto it on success:
+    a crash never leaves a half-written model, and of two processes writing at once the second's
+    copy is dropped."""
+
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __enter__(self) -> Path:
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.target.parent, prefix=".convert-"))
+        return self.tmp
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if kind is None:
+            try:
+                os.replace(self.tmp, self.target)
+                return False
+            except OSError:
+                if not saved_folder_ready(self.target):  # not another process winning the race
+                    shutil.rmtree(self.tmp, ignore_errors=True)
+                    raise
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
+
+
+def saved_folder_ready(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished conversion (its index is written last, then it is renamed)."""
+    return (folder / INDEX).is_file() and (folder / "config.json").is_file()
 
 
 def _restore(cls: type[nn.Module], tensors: dict[str, torch.Tensor], dtype: torch.dtype) -> nn.Module:
@@ -45,48 +124,34 @@ def _restore(cls: type[nn.Module], tensors: dict[str, torch.Tensor], dtype: torc
     return layer
 
 
-def save_quantized(model: nn.Module, target: Path, summary: str) -> None:
-    """Write ``model``'s state and layer table to ``target`` (atomically: beside it, then renamed)."""
-    from safetensors.torch import save_file
-
-    kinds = {v: k for k, v in _KINDS.items()}
-    table = {name: kinds[type(m)] for name, m in model.named_modules() if type(m) in kinds}
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".quantize-"))
-    try:
-        save_file(state, str(tmp / _FILE))
-        (tmp / _TABLE).write_text(json.dumps({"layers": table, "summary": summary}))
-        os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / _TABLE).exists():  # not another process winning the race
-            raise
+def write_table(folder: Path, layers: dict[str, str], summary: str) -> None:
+    (folder / _TABLE).write_text(json.dumps({"layers": layers, "summary": summary}))
 
 
-def load_saved(target: Path, config, dtype: torch.dtype) -> tuple[nn.Module, str] | None:
-    """The model saved at ``target`` on the CPU and its summary, or None when there is none."""
-    if not (target / _TABLE).exists():
-        return None
+def load_saved(folder: Path, config, dtype: torch.dtype) -> tuple[nn.Module, str]:
+    """The quantized model saved in ``folder``, on the CPU, and what converting it did."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    meta = json.loads((target / _TABLE).read_text())
-    state = load_file(str(target / _FILE))
+    meta = json.loads((folder / _TABLE).read_text())
+    shards = sorted(set(json.loads((folder / INDEX).read_text())["weight_map"].values()))
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(load_file(str(folder / Path(shard).name)))  # .name: never a path outside the folder
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     for name, kind in meta["layers"].items():
         prefix = name + "."
         mine = {k[len(prefix):]: state.pop(k) for k in [k for k in state if k.startswith(prefix)]}
-        model.set_submodule(name, _restore(_KINDS[kind], mine, dtype))
+        model.set_submodule(name, _restore(KINDS[kind], mine, dtype))
     model.load_state_dict(state, strict=False, assign=True)
     base = model.base_model
     base.rotary_emb = type(base.rotary_emb)(config=config)  # its inv_freq is not saved: computed on the CPU
     left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:
-        raise ValueError(f"{target}: the saved weights miss {left[:3]}; delete the folder to quantize again")
+        raise ValueError(f"{folder}: the saved weights miss {left[:3]}; delete the folder to convert again")
     try:
-        model.generation_config = GenerationConfig.from_pretrained(config._name_or_path)
+        model.generation_config = GenerationConfig.from_pretrained(folder)
     except OSError:
         pass
     model.eval()
