@@ -160,9 +160,10 @@ class _Converter:
     def read(self, t: _Tensor, kind: str) -> torch.Tensor:
         """The whole tensor dequantized, in transformers' row order, in the dtype."""
         w = torch.cat([self.file.dense(t, a, b).to(self.dtype) for a, b in self.file.slices(t)])
-        if kind in self.heads:
-            w = w[_llama_rows(t.rows, self.heads[kind])] if t.rows > 1 else w
-        return w if t.rows > 1 or t.cols == 0 else w.reshape(t.cols)
+        w = w if t.rows > 1 else w.reshape(t.cols)
+        if kind in self.heads:  # llama.cpp's Q/K order: a weight's rows, or its bias's entries alike
+            w = w[_llama_rows(w.shape[0], self.heads[kind])]
+        return w
 
     def put(self, key: str, tensor: torch.Tensor) -> None:
         self.writer.add(key, tensor)
@@ -171,8 +172,6 @@ class _Converter:
     def plain(self, t: _Tensor, module: str, part: str, kind: str) -> None:
         key = f"{module}.{part}"
         w = self.read(t, kind)
-        if kind in self.heads and w.dim() == 1:  # a llama Q/K bias: the same rows as its weight
-            w = w[_llama_rows(t.cols, self.heads[kind])]
         self.expect(key, tuple(w.shape))
         self.put(key, w)
 
@@ -213,7 +212,6 @@ class _Converter:
         b = None
         if bias is not None:
             b = self.read(bias, kind)
-            b = b[_llama_rows(bias.cols, self.heads[kind])] if kind in self.heads else b
             self.expect(f"{module}.bias", tuple(b.shape))
         out, label = self.quantized(t, kind)
         layer = Int4Linear(*out, b, self.dtype) if len(out) == 3 else Int8Linear(*out, b, self.dtype)
