@@ -4,7 +4,7 @@
 
 Caches are filled with random K/V (a step's cost does not depend on the values), so this
 isolates what continuous batching changes: ``B`` single-token forwards (each reading every
-weight) vs one ``(B, 1)`` forward (:func:`ragpic.core.batch.batched_decode_step`). Prints both
+weight) vs one ``(B, 1)`` forward (:meth:`ragpic.core.runner.ModelRunner.decode`). Prints both
 rates and the memory bound ``B (W + KV) / (W + B KV)``.
 """
 
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from ragpic.core.batch import batched_decode_step
+from ragpic.core.runner import runner_for
 from ragpic.core.link.plan import new_cache
 from ragpic.core.decode import DecodeBuffers
 from ragpic.core.model import load_model
@@ -43,7 +43,7 @@ def main() -> None:
         bufs = [DecodeBuffers(lm, n, steps) for _ in range(b)]
         for i in range(2):  # warm both paths
             bufs[0].forward(lm, caches[0], i, 5)
-            batched_decode_step(lm, caches, [5] * b, [n + i] * b)
+            runner_for(lm).decode(torch.full((b,), 5), [n + i] * b, caches)
         # Each repeat rewrites rows n .. n + steps - 1: the same work, one-at-a-time and batched
         # back to back, so a noisy neighbour slows both sides of a ratio alike.
         for _ in range(args.repeats):
@@ -54,7 +54,7 @@ def main() -> None:
             singles.append((time.perf_counter() - t0) / steps)
             t0 = time.perf_counter()
             for i in range(steps):
-                batched_decode_step(lm, caches, [5] * b, [n + i] * b)
+                runner_for(lm).decode(torch.full((b,), 5), [n + i] * b, caches)
             batcheds.append((time.perf_counter() - t0) / steps)
     single, batched = statistics.median(singles), statistics.median(batcheds)
     ratio = statistics.median(s / t for s, t in zip(singles, batcheds))

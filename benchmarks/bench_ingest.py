@@ -32,7 +32,7 @@ import ragpic
 from ragpic.cache.format.keys import chunk_key
 from ragpic.cache.store.opening import open_store
 from ragpic.core.compile import _batches, compile_chunks
-from ragpic.core.forward import prefill
+from ragpic.core.runner import runner_for
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.eval.data import load_haystack
 from ragpic.eval.needle import chunk_text
@@ -53,7 +53,7 @@ def time_prefill(lm: LoadedModel, ids: list[list[int]]) -> float:
     t0 = time.perf_counter()
     for seq in ids:
         x = torch.tensor(seq, device=lm.device)[None]
-        prefill(lm.model, x, torch.arange(x.shape[1], device=lm.device)[None], DynamicCache())
+        runner_for(lm).prefill(x, torch.arange(x.shape[1], device=lm.device)[None], DynamicCache())
     return time.perf_counter() - t0
 
 

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.forward import layer_forward, step_inputs
+from ragpic.core.forward import step_inputs
+from ragpic.core.runner import runner_for
 from ragpic.core.link.query_guided import QueryGuided
 from ragpic.core.methods import parse_method
 from ragpic.core.model import LoadedModel
@@ -54,7 +55,7 @@ class LateStart(QueryGuided):
 
     def second_pass(self, lm: LoadedModel, segments: Sequence[Segment], cache: LinkedCache, ids: torch.Tensor,
                     rows: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        base, n, dev = lm.model.model, ids.numel(), lm.device
+        runner, n, dev = runner_for(lm), ids.numel(), lm.device
         kept = torch.zeros(n, lm.model.config.hidden_size, dtype=lm.dtype)
         for seg, start in zip(segments, segment_starts(segments)):
             if seg.is_chunk and start > 0:
@@ -63,19 +64,16 @@ class LateStart(QueryGuided):
         text = rows[~late]
         # layers 0..L0-1: the text rows only; the runs keep their compiled KV there
         step = step_inputs(lm, to_device(text, dev), n, host_positions=text)
-        h = base.embed_tokens(to_device(ids[text], dev)[None])
-        rotary = base.rotary_emb(h, step.rows[None])
-        for layer in base.layers[:self.from_layer]:
-            h = layer_forward(layer, h, rotary, cache, step)
+        h, rotary = runner.embed(to_device(ids[text], dev), step.rows)
+        h = runner.layers(h, rotary, cache, step, 0, self.from_layer)
         # layers L0..: every row, the runs from their compiled hidden state
         merged = to_device(kept[rows], dev)[None].clone()
         merged[:, to_device(~late, dev)] = h
         step = step_inputs(lm, to_device(rows, dev), n, host_positions=rows)
-        rotary = base.rotary_emb(merged, step.rows[None])
-        for layer in base.layers[self.from_layer:]:
-            merged = layer_forward(layer, merged, rotary, cache, step)
+        rotary = runner.rotary(merged, step.rows)
+        merged = runner.layers(merged, rotary, cache, step, self.from_layer, lm.num_layers)
         cache.length = n
-        return lm.model.lm_head(base.norm(merged[:, -1:]))[0, -1].float()
+        return runner.logits(merged[0, -1])
 
 
 def hidden_at(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], layers: set[int]) -> dict[int, dict]:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicCache
 
-from ragpic.core.forward import prefill
+from ragpic.core.runner import runner_for
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import link
 from ragpic.core.model import LoadedModel, load_model
@@ -131,7 +131,7 @@ def compile_behind(lm: LoadedModel, prefix: list[int], ids: list[int]) -> ChunkK
     keys and values ``(L, H_kv, T, D)`` rotated from ``base_position = len(prefix)``."""
     seq = torch.tensor(prefix + ids, device=lm.device)[None]
     cache = DynamicCache()
-    prefill(lm.model, seq, torch.arange(seq.shape[1], device=lm.device)[None], cache)
+    runner_for(lm).prefill(seq, torch.arange(seq.shape[1], device=lm.device)[None], cache)
     p = len(prefix)
     keys = torch.stack([layer.keys[0, :, p:] for layer in cache.layers])
     values = torch.stack([layer.values[0, :, p:] for layer in cache.layers])

@@ -5,7 +5,7 @@
     python benchmarks/pipeline_before_after.py speed TREE               # link and decode speed (one JSON line)
 
 ``TREE`` is the root of a checkout (``git worktree add /tmp/base <commit>``); its ``ragpic`` is
-imported instead of the installed one. ``outputs`` runs seven link methods on the README's
+imported instead of the installed one. ``outputs`` runs every public link method and three experimental ones on the README's
 prompt and three MuSiQue prompts (greedy, 32 tokens), one seeded sampled answer with stop
 strings and one stream with a stop string per method, on the embedded SmolLM2. Run ``speed``
 for both trees alternated (base, new, base, new) in one sitting on a quiet machine.
@@ -19,7 +19,8 @@ import statistics
 import sys
 import time
 
-METHODS = ("full", "naive", "legolink-16", "legolink-0", "qr-10", "qp-10", "cacheblend-15")
+METHODS = ("full", "naive", "legolink-16", "legolink-0", "auto", "fast", "balanced", "faithful", "experimental:qr-10",
+           "experimental:qp-10", "experimental:cacheblend-15")
 README = ["Dolores Park is a city park in the Mission District of San Francisco. On sunny days it "
           "fills with people who bring a sandwich and sit on the grass.",
           "The Golden Gate Bridge is a suspension bridge spanning the Golden Gate, the strait "

@@ -23,7 +23,7 @@ import sys
 
 import torch
 
-from ragpic.core.forward import recompute_rows
+from ragpic.core.runner import recompute_rows
 from ragpic.core.link.hops import rank_runs
 from ragpic.core.link.pieces import linker_for
 from ragpic.core.link.plan import fill_cached_rows, new_cache

@@ -20,7 +20,7 @@ import torch
 
 from prompts import compile_texts, linked_prompt
 from ragpic.core.decode import Sampling, decode_tokens
-from ragpic.core.forward import forward_rows
+from ragpic.core.runner import forward_rows
 from ragpic.core.link import link
 from ragpic.core.model import wrap_model
 

@@ -9,6 +9,7 @@ first, so its imports count as the importer's too (:func:`effective_graph`).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,10 +38,13 @@ ALLOWED = {
     "ragpic.core.segments": ("ragpic.core.kv", "ragpic.errors"),
     "ragpic.core.model": ("ragpic.core.default_model", "ragpic.core.fingerprint", "ragpic.core.gguf", "ragpic.core.ops",
                           "ragpic.core.supported", "ragpic.core.weights", "ragpic.errors", "ragpic.paths"),  # paths: the embedded model's file
-    "ragpic.core.decode_step": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
+    "ragpic.core.lean_step": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
     "ragpic.core.forward": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
-    "ragpic.core.decode": ("ragpic.core.decode_step", "ragpic.core.forward", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks",
-                           "ragpic.errors"),
+    "ragpic.core.batch": ("ragpic.core.model", "ragpic.core.ops", "ragpic.errors"),
+    # the one object that calls a model's modules (docs/ARCHITECTURE.md §4.2)
+    "ragpic.core.runner": ("ragpic.core.batch", "ragpic.core.forward", "ragpic.core.lean_step", "ragpic.core.model",
+                           "ragpic.core.ops", "ragpic.errors"),
+    "ragpic.core.decode": ("ragpic.core.runner", "ragpic.core.model", "ragpic.core.ops", "ragpic.checks", "ragpic.errors"),
     "ragpic.core.link": ("ragpic.core", "ragpic.errors"),
     "ragpic.core": ("ragpic.core", "ragpic.errors", "ragpic.checks", "ragpic.paths"),
     "ragpic.config": ("ragpic.paths", "ragpic.core.methods", "ragpic.core.kv_quant", "ragpic.core.weights",
@@ -322,3 +326,23 @@ def test_import_ragpic_and_its_config_does_not_import_torch():
     code = ("import ragpic, ragpic.config, ragpic.errors, sys; ragpic.Config(); ragpic.kv_folder('i');"
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# A model's parts, reached past the runner: its decoder, layers, embedding, rotary embedding, head
+# or a whole forward. The weights code names tensors by their checkpoint keys, which is no call.
+_MODEL_PARTS = re.compile(r"\bbase_model\b|\bdecoder\.layers\b|\bembed_tokens\(|\brotary_emb\(|get_output_embeddings"
+                          r"|\blm_head\(|\blm\.model\(|\.model\.model\b")
+_RUNNER = ("core/runner.py", "core/lean_step.py")
+
+
+def test_only_the_model_runner_calls_a_models_modules():
+    """One module walks the model's layers and computes its head (docs/ARCHITECTURE.md §4.2)."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if rel in _RUNNER or rel.startswith("core/weights/"):
+            continue
+        bad += [f"{rel}:{i}: {line.strip()}" for i, line in enumerate(path.read_text().splitlines(), 1)
+                if _MODEL_PARTS.search(line.split("#")[0])]
+    assert not bad, "model modules called outside core/runner.py:\n" + "\n".join(bad)
+    assert _MODEL_PARTS.search("hidden = base.embed_tokens(ids)") and _MODEL_PARTS.search("lm.model(input_ids=x)")

@@ -11,8 +11,10 @@ forward writes through (row ``b``'s new K/V go to row ``positions[b]`` of reques
 cache) and the step's attention plan (:meth:`BatchedCache.attend`, which ragpic's attention
 function calls).
 
-Only models running ragpic's attention (``ragpic_sdpa``) can consume the per-row plan;
-:func:`supports_batching` says so, and the caller steps other models one request at a time.
+The model runner (:meth:`ragpic.core.runner.ModelRunner.decode`) batches through this cache
+for the models its lean step does not serve (gemma). Only models running ragpic's attention
+(``ragpic_sdpa``) can consume the per-row plan; :func:`supports_batching` says so, and the
+caller steps other models one request at a time.
 """
 
 from __future__ import annotations
@@ -22,14 +24,11 @@ from collections.abc import Sequence
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ragpic.core.decode_step import decode_step_for
-from ragpic.core.forward import cache_kwarg
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention import grouped_sdpa, uses_banded_attention
 from ragpic.core.ops.linked_cache import LinkedCache
-from ragpic.errors import BatchNotHonoured
 
-__all__ = ["BatchedCache", "batched_decode_step", "supports_batching"]
+__all__ = ["BatchedCache", "supports_batching"]
 
 
 class _BatchLayer(CacheLayerMixin):
@@ -114,61 +113,11 @@ class BatchedCache(Cache):
         bsz, heads, _, _ = query.shape
         out = query.new_empty(bsz, heads, 1, kv[0][1].shape[-1])
         for b, (k, v) in enumerate(kv):
-            # grouped_sdpa, not a fold of the g query heads into rows: on the CPU the fold leaves
-            # H_kv work items (3 for SmolLM2) to share the threads, enable_gqa gives H of them.
-            out[b:b + 1] = grouped_sdpa(query[b:b + 1], k, v, None, dropout, scaling)
+            # a decode row folds its g query heads into rows, as the lean step does (grouped_sdpa's rule)
+            out[b:b + 1] = grouped_sdpa(query[b:b + 1], k, v, None, dropout, scaling, fold=True)
         return out.transpose(1, 2).contiguous()
 
 
 def supports_batching(lm: LoadedModel) -> bool:
     """Whether ``lm`` runs ragpic's attention, the one that reads a batched step's per-row plan."""
     return uses_banded_attention(lm.model)
-
-
-@torch.inference_mode()
-def batched_decode_step(lm: LoadedModel, caches: Sequence[LinkedCache], tokens: Sequence[int],
-                        positions: Sequence[int]) -> torch.Tensor:
-    """Feed ``tokens[b]`` at ``positions[b]`` into ``caches[b]`` for every row in one forward.
-
-    Returns ``(B, V)`` fp32 logits of the next token per row; each cache's ``length`` becomes
-    ``positions[b] + 1``. Raises ValueError for a model not on ragpic's attention
-    (:func:`supports_batching`): its attention would ignore the per-row plan.
-    """
-    step = decode_step_for(lm)
-    if step is not None:  # the lean step (core.decode_step): per-row caches without the plumbing
-        ids = torch.tensor(list(tokens), dtype=torch.long).to(lm.device)
-        return step(ids, [int(p) for p in positions], caches)
-    if not supports_batching(lm):
-        raise ValueError("batched decode needs a model on ragpic's attention (load_model(..., banded_attention=True))")
-    batch = BatchedCache(caches, positions, lm.sliding_window)
-    dev = lm.device
-    ids = torch.tensor(list(tokens), dtype=torch.long).view(-1, 1).to(dev)
-    pos = torch.tensor(batch.positions, dtype=torch.long).view(-1, 1).to(dev)
-    # A 4D mask passes through transformers' mask builder untouched; batched attention needs none.
-    mask = torch.zeros((len(caches), 1, 1, 1), dtype=lm.dtype, device=dev)
-    model = lm.model
-    decoder = model.base_model
-    out = decoder(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
-                  ragpic_bands=batch, **{cache_kwarg(decoder): batch})
-    if batch.layers_read != lm.num_layers:  # attention ignored the plan: the logits are wrong
-        raise BatchNotHonoured(f"batched decode: attention read the per-row caches in {batch.layers_read} of "
-                               f"{lm.num_layers} layers (ragpic_sdpa must hand the step to its plan's attend)")
-    for c, p in zip(caches, batch.positions):
-        c.length = p + 1
-    return head_logits(model, out.last_hidden_state[:, -1]).float()
-
-
-def head_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """``(B, hidden)`` last hidden states -> ``(B, V)`` logits, as ``model``'s own head computes them.
-
-    A bias-free linear head is applied as ``W @ hidden^T``: the ``(V, hidden)`` weight is then
-    read row-major once for all B rows, where ``nn.Linear``'s ``hidden @ W^T`` makes the CPU BLAS
-    pack it first, a cost paid again for every step (``benchmarks/bench_batch_decode.py`` times it).
-    Any other head (a bias, logit soft-capping) runs as the model defines it.
-    """
-    head = model.get_output_embeddings()
-    plain = type(head) is torch.nn.Linear and head.bias is None
-    if plain and not getattr(model.config, "final_logit_softcapping", None):
-        return (head.weight @ hidden.t()).t()
-    return head(hidden)
-

@@ -9,11 +9,11 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from ragpic.core.decode import eos_token_ids
-from ragpic.core.forward import prefill
 from ragpic.core.kv import ChunkKV
 from ragpic.core.compile_recipe import PLAIN, context_recipe, recipe_dummies
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
+from ragpic.core.runner import runner_for
 from ragpic.errors import ChunkError
 
 __all__ = ["ChunkInParts", "compile_chunks", "compile_in_context", "document_contexts", "dummy_token_id"]
@@ -159,7 +159,7 @@ def _compile(lm: LoadedModel, ids: list[torch.Tensor], leads: list[torch.Tensor]
         rows = to_device(rows, lm.device)
         positions = torch.arange(width, device=lm.device).expand(len(batch), width)
         cache = DynamicCache()
-        prefill(lm.model, rows, positions, cache)
+        runner_for(lm).prefill(rows, positions, cache)
         for r, i in enumerate(batch):
             out[i] = _chunk_kv(lm, cache, r, ids[i], leads[i].numel(), recipes[i])
         if on_progress:
@@ -206,7 +206,7 @@ class ChunkInParts:
             raise ChunkError(f"chunk {self.index}: end={end}: the next range of rows must end after row "
                              f"{self.done} and by row {self.rows} (the chunk's end)", self.index)
         dev = self.lm.device
-        prefill(self.lm.model, to_device(self.seq[None, self.done:end], dev),
+        runner_for(self.lm).prefill(to_device(self.seq[None, self.done:end], dev),
                 torch.arange(self.done, end, device=dev)[None], self._cache)
         self.done = end
         if end < self.rows:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ragpic.checks import check_int, check_number, check_stop
-from ragpic.core.decode_step import decode_step_for
-from ragpic.core.forward import forward_rows
+from ragpic.core.runner import runner_for
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.linked_cache import LinkedCache
 
@@ -66,7 +65,7 @@ class Decoder:
 
     :meth:`pick` chooses the next id from ``(V,)`` fp32 logits (None: EOS, nothing emitted);
     :meth:`forward` feeds the last picked id at its position and returns the next logits. A
-    batched step (:func:`ragpic.core.batch.batched_decode_step`) feeds ``token`` at ``pos``
+    batched step (:meth:`ragpic.core.runner.ModelRunner.decode` of several requests) feeds ``token`` at ``pos``
     itself and hands each row's logits to :meth:`pick`.
 
     Attributes:
@@ -200,7 +199,5 @@ class DecodeBuffers:
             self.ids.fill_(token)  # a scalar kernel argument: no host-to-device copy
             token = self.ids
         p = self.prompt_len + i
-        step = decode_step_for(lm)
-        if step is not None:  # the model's arithmetic without transformers' per-layer plumbing
-            return step(token, (p,), (cache,), self.positions[i:i + 1])[0]
-        return forward_rows(lm, cache, token, self.positions[i:i + 1], p + 1, mask=self.step_mask(i))[-1].float()
+        mask = None if runner_for(lm).lean else self.step_mask(i)  # the lean step needs no mask
+        return runner_for(lm).decode(token, (p,), (cache,), device_positions=self.positions[i:i + 1], mask=mask)[0]

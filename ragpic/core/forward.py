@@ -1,8 +1,8 @@
-"""The one forward step: positions -> mask -> attention plan -> a forward that writes those rows.
+"""The one forward step: positions -> mask -> attention plan, for a forward that writes those rows.
 
 Every model call that reads a :class:`LinkedCache` (link's recompute, CacheBlend's layers,
 decode, teacher-forced scoring) builds a :class:`Step` with :func:`step_inputs` and hands it to
-the model as the ``ragpic_step`` forward argument, so all of them agree on how positions, the
+the model runner (:mod:`ragpic.core.runner`), which passes it as the ``ragpic_step`` forward argument, so all of them agree on how positions, the
 mask and the attention plan are built. As in gpt-fast, positions are always passed explicitly,
 never inferred from the cache; and, as transformers passes ``cache_position``, the rows to
 write travel with the forward: the cache's layers read them from the step in ``update``
@@ -16,16 +16,11 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import Cache
 
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention import AttentionPlan, causal_kernel_ok, plan_attention
-from ragpic.core.ops.attention_probe import AttentionProbe
-from ragpic.core.ops.device import to_device
-from ragpic.core.ops.linked_cache import LinkedCache
 
-__all__ = ["Step", "additive_mask", "cache_kwarg", "forward_rows", "layer_forward", "prefill", "recompute_rows", "run_step",
-           "step_inputs"]
+__all__ = ["Step", "additive_mask", "cache_kwarg", "step_inputs"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -93,73 +88,6 @@ def step_inputs(lm: LoadedModel, positions: torch.Tensor, length: int, *,
             host_positions = positions.cpu()  # a sync off the CPU: hot paths pass host positions
         plan = plan_attention(lm, host_positions, mask)
     return Step(positions, length, mask, plan)
-
-
-def run_step(lm: LoadedModel, cache: LinkedCache, input_ids: torch.Tensor, step: Step, logits_to_keep: int = 1,
-             probe: AttentionProbe | None = None) -> torch.Tensor:
-    """Run the model over ``(R,)`` ids as ``step`` says, writing their K/V into ``cache``.
-
-    Returns ``(logits_to_keep, V)`` logits of the last rows (``0`` keeps all R), in the model
-    dtype; ``cache.length`` becomes ``step.length``. ``probe`` records the last rows' attention
-    (only under ragpic's attention, which the caller checks).
-    """
-    if step.length > cache.capacity:
-        raise ValueError(f"linked cache holds {cache.capacity} rows, {step.length} requested")
-    model = lm.model
-    kwargs = step.kwargs()
-    if probe is not None:
-        kwargs["ragpic_probe"] = probe
-    out = model(input_ids=input_ids[None], logits_to_keep=logits_to_keep, **{cache_kwarg(model): cache}, **kwargs)
-    cache.length = step.length
-    return out.logits[0]
-
-
-def forward_rows(lm: LoadedModel, cache: LinkedCache, input_ids: torch.Tensor, positions: torch.Tensor,
-                 length: int, logits_to_keep: int = 1, *, host_positions: torch.Tensor | None = None,
-                 mask: torch.Tensor | None = None, probe: AttentionProbe | None = None) -> torch.Tensor:
-    """:func:`run_step` of :func:`step_inputs` (``positions``, ``length``, ``host_positions``, ``mask``)."""
-    step = step_inputs(lm, positions, length, host_positions=host_positions, mask=mask)
-    return run_step(lm, cache, input_ids, step, logits_to_keep, probe)
-
-
-def recompute_rows(lm: LoadedModel, cache: LinkedCache, ids: torch.Tensor, host_pos: torch.Tensor,
-                   length: int, probe: AttentionProbe | None = None, *, causal: bool = False) -> torch.Tensor:
-    """One forward of the prompt tokens at ``host_pos`` into ``cache``; ``(V,)`` fp32 logits of the last.
-
-    ``ids``: the prompt's ``(N,)`` host ids; ``host_pos``: ascending host positions;
-    ``length``: the last of them + 1. Each row sees the cache's keys up to its own position,
-    which must all be written already (rows loaded from the store, or recomputed earlier or in
-    this forward): that is what lets a link run as one forward or, in position order, as
-    several (:mod:`ragpic.core.link.pieces`). ``causal``: the rows are every row
-    ``0..length-1`` (``full``), which SDPA's causal kernel masks where the model allows it.
-    """
-    rows = to_device(host_pos, lm.device)
-    step = step_inputs(lm, rows, length, host_positions=host_pos, causal=causal)
-    return run_step(lm, cache, to_device(ids[host_pos], lm.device), step, probe=probe)[-1].float()
-
-
-def prefill(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: Cache,
-            logits_to_keep: int = 1) -> torch.Tensor:
-    """A plain causal forward of ``(B, T)`` ids into an appending cache (compile); returns
-    ``(B, logits_to_keep, V)`` logits. No mask: causal, and padding only trails."""
-    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=True,
-                logits_to_keep=logits_to_keep, **{cache_kwarg(model): cache})
-    return out.logits
-
-
-def layer_forward(layer: torch.nn.Module, hidden: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
-                  cache: LinkedCache, step: Step, probe: AttentionProbe | None = None) -> torch.Tensor:
-    """One decoder layer over ``(1, R, hidden)`` states, writing their K/V into ``cache``.
-
-    ``step`` is shared by every layer over the same rows; ``position_embeddings`` is the
-    model's rotary ``(cos, sin)`` for those rows. The caller sets ``cache.length`` once done.
-    ``probe`` records the last rows' attention (only under ragpic's attention).
-    """
-    kwargs = step.kwargs()
-    if probe is not None:
-        kwargs["ragpic_probe"] = probe
-    out = layer(hidden, position_embeddings=position_embeddings, **{cache_kwarg(layer): cache}, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
 
 
 def additive_mask(query_positions: torch.Tensor, kv_length: int, *, dtype: torch.dtype,

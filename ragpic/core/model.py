@@ -72,7 +72,7 @@ class LoadedModel:
     weights: WeightFormat = WeightFormat.DENSE
     weights_summary: str = ""
     source_sha256: str = ""
-    decode_step: object | None = field(default=None, repr=False, compare=False)  # core.decode_step, made once
+    runner: object | None = field(default=None, repr=False, compare=False)  # core.runner.ModelRunner, made once
 
     @property
     def banded_attention(self) -> bool:

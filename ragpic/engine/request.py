@@ -23,10 +23,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.batch import batched_decode_step, supports_batching
 from ragpic.core.decode import Decoder, Sampling
 from ragpic.engine.detok import Detokenizer
-from ragpic.core.forward import forward_rows
+from ragpic.core.runner import forward_rows, runner_for
 from ragpic.core.link import ChunkedLink, LinkResult, linker_for
 from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
@@ -222,16 +221,18 @@ class LinkedRequest:
 def step_many(lm: LoadedModel, requests: Sequence[LinkedRequest], batch: bool = True) -> tuple[list[str], bool]:
     """One decode forward for every request in ``requests``, then each one's next token.
 
-    Batched (one ``(B, 1)`` forward, :func:`ragpic.core.batch.batched_decode_step`) when ``batch``,
+    Batched (one ``(B, 1)`` forward, :meth:`ragpic.core.runner.ModelRunner.decode`) when ``batch``,
     the model supports it and there are several; else each request's own :meth:`LinkedRequest.step`.
     Returns each request's new text and whether batching held (False: the model's attention
     does not honour a batched step; the step was taken one request at a time, exactly, and the
     caller should stop asking for batches).
     """
-    if batch and len(requests) > 1 and supports_batching(lm):
+    runner = runner_for(lm)
+    if batch and len(requests) > 1 and runner.batches:
         decs = [r.decoder for r in requests]
         try:
-            logits = batched_decode_step(lm, [d.cache for d in decs], [d.token for d in decs], [d.pos for d in decs])
+            ids = torch.tensor([d.token for d in decs], dtype=torch.long).to(lm.device)
+            logits = runner.decode(ids, [d.pos for d in decs], [d.cache for d in decs])
         except BatchNotHonoured:
             batch = False
         else:

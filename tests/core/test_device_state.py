@@ -49,6 +49,9 @@ def test_decode_steps_pass_no_bands_and_build_no_mask(monkeypatch, kind):
     real_step, real_mask = forward.step_inputs, forward.additive_mask
     monkeypatch.setattr(forward, "step_inputs", lambda *a, **k: seen.append(real_step(*a, **k)) or seen[-1])
     monkeypatch.setattr(forward, "additive_mask", lambda *a, **k: built.append(1) or real_mask(*a, **k))
+    from ragpic.core import runner
+
+    monkeypatch.setattr(runner, "step_inputs", forward.step_inputs)
     tokens = list(decode_tokens(lm, res.cache, res.logits, res.num_tokens, Sampling(max_new_tokens=4)))
     assert len(tokens) == 4 and len(seen) == (0 if kind == "llama" else 3) and built == []
     assert all(step.plan is None and step.mask.shape[-2] == 1 for step in seen)

@@ -7,7 +7,7 @@ import torch
 
 from ragpic.core.link.plan import new_cache
 from ragpic.core.link import ChunkedLink
-from ragpic.core.forward import recompute_rows
+from ragpic.core.runner import recompute_rows
 from ragpic.core.link import link, recompute_mask
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.link.query_guided import chunk_spans, select_spans, trailing_text_rows

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragpic.core.batch import BatchedCache, batched_decode_step, supports_batching
+from ragpic.core.batch import BatchedCache, supports_batching
 from ragpic.core.decode import Sampling, decode_tokens
 from ragpic.core.link import link
+from ragpic.core.runner import runner_for
 from ragpic.core.segments import text_segment
 from tiny import tiny_lm
 
@@ -16,6 +17,11 @@ PROMPTS = ["the quick brown fox jumps over the lazy dog. a needle hides",
            "question: what is the best thing to do in san francisco? answer:",
            "passages are compiled once and linked many times; positions move, the keys rotate with them. "
            "the quick brown fox"]
+
+
+def batched_decode_step(lm, caches, tokens, positions):
+    """The runner's decode of ``tokens[b]`` at ``positions[b]`` into ``caches[b]``: ``(B, V)``."""
+    return runner_for(lm).decode(torch.tensor(tokens), positions, caches)
 
 
 def alone(lm, text: str, n: int) -> list[int]:
@@ -66,12 +72,14 @@ def test_batched_logits_match_single_step():
 
 
 def test_batched_step_refuses_a_model_off_ragpic_attention():
-    """The generic batched forward (gemma: no lean step) needs ragpic's attention to read its plan."""
+    """The generic batched forward (gemma: no lean step) needs ragpic's attention to read its plan;
+    one request at a time decodes on any attention."""
     lm = tiny_lm("gemma", banded=False)
-    res = link(lm, [text_segment(lm.tokenizer, PROMPTS[0])], "full", extra_capacity=2)
-    assert not supports_batching(lm)
+    res = [link(lm, [text_segment(lm.tokenizer, p)], "full", extra_capacity=2) for p in PROMPTS[:2]]
+    assert not supports_batching(lm) and not runner_for(lm).batches
     with pytest.raises(ValueError, match="ragpic's attention"):
-        batched_decode_step(lm, [res.cache], [1], [res.num_tokens])
+        batched_decode_step(lm, [r.cache for r in res], [1, 1], [r.num_tokens for r in res])
+    assert batched_decode_step(lm, [res[0].cache], [1], [res[0].num_tokens]).shape[0] == 1
 
 
 def test_batched_cache_checks_positions():
@@ -86,7 +94,6 @@ def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch)
     time, with the same ids (``step`` says so, and the scheduler stops batching)."""
     from ragpic import Config, RagPic
     from ragpic.core.ops.linked_cache import SlabPool
-    from ragpic.engine import request as running_request
     from ragpic.errors import BatchNotHonoured
     from ragpic.serve import running
     from ragpic.serve.job import GenJob
@@ -94,10 +101,15 @@ def test_scheduler_step_falls_back_when_attention_ignores_the_batch(monkeypatch)
     engine = RagPic(Config(store=None, device="cpu"), lm=tiny_lm("llama"))
     want = [engine.generate(p, chat=False, max_new_tokens=6).token_ids for p in PROMPTS[:2]]
 
-    def ignored(*args, **kwargs):
-        raise BatchNotHonoured("attention ignored the plan")
+    runner = runner_for(engine.lm)
+    real = runner.decode
 
-    monkeypatch.setattr(running_request, "batched_decode_step", ignored)
+    def ignored(ids, positions, caches, **kwargs):
+        if len(caches) > 1:
+            raise BatchNotHonoured("attention ignored the plan")
+        return real(ids, positions, caches, **kwargs)
+
+    monkeypatch.setattr(runner, "decode", ignored)
     pool = SlabPool(max_idle=2)
     with torch.inference_mode():  # as on the scheduler thread
         runs = [running.admit(engine, GenJob(messages=None, prompt=p, sampling={"max_new_tokens": 6}), pool, 1000)

@@ -24,11 +24,12 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.forward import layer_forward, step_inputs
+from ragpic.core.forward import step_inputs
 from ragpic.core.link.plan import Linker
 from ragpic.core.model import LoadedModel
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.core.runner import runner_for
 from ragpic.core.segments import Segment
 
 __all__ = ["CacheBlend", "select_tokens"]
@@ -95,28 +96,27 @@ def cacheblend_rows(lm: LoadedModel, ids: torch.Tensor, must: torch.Tensor, rati
     (SDPA's causal kernel, no ``N x N`` mask, when the model allows it) and once for the
     selected tokens; reading the selection back to the host (for their plan) is the one sync.
     """
-    base = lm.model.model
-    n = ids.numel()
-    sel = torch.arange(n, device=lm.device)
-    hidden = base.embed_tokens(ids[None])
-    step = step_inputs(lm, sel, n, host_positions=torch.arange(n), causal=True)
-    rotary = base.rotary_emb(hidden, sel[None])
-    sel_host = None
-    for i, layer in enumerate(base.layers):
-        if i == _CHECK_LAYER:
-            cached_v = cache.value_slab[i, 0, :, :n].float().clone()
-        hidden = layer_forward(layer, hidden, rotary, cache, step)
-        if i == _CHECK_LAYER:
-            fresh_v = cache.value_slab[i, 0, :, :n].float()
-            deviation = (fresh_v - cached_v).pow(2).sum(dim=(0, 2))  # (N,)
-            sel = select_tokens(deviation, must, ratio)
-            sel_host = sel.cpu()
-            hidden = hidden[:, sel]
-            step = step_inputs(lm, sel, n, host_positions=sel_host)
-            rotary = base.rotary_emb(hidden, sel[None])
+    runner = runner_for(lm)
+    n, layers = ids.numel(), lm.num_layers
+    rows = torch.arange(n, device=lm.device)
+    step = step_inputs(lm, rows, n, host_positions=torch.arange(n), causal=True)
+    hidden, rotary = runner.embed(ids, rows)
+    check = min(_CHECK_LAYER, layers - 1)
+    hidden = runner.layers(hidden, rotary, cache, step, 0, check)
+    cached_v = cache.value_slab[check, 0, :, :n].float().clone()
+    hidden = runner.layers(hidden, rotary, cache, step, check, check + 1)
+    sel_host = torch.arange(n)
+    if check + 1 < layers:
+        fresh_v = cache.value_slab[check, 0, :, :n].float()
+        deviation = (fresh_v - cached_v).pow(2).sum(dim=(0, 2))  # (N,)
+        sel = select_tokens(deviation, must, ratio)
+        sel_host = sel.cpu()
+        hidden = hidden[:, sel]
+        rotary = runner.rotary(hidden, sel)
+        step = step_inputs(lm, sel, n, host_positions=sel_host)
+        hidden = runner.layers(hidden, rotary, cache, step, check + 1, layers)
     cache.length = n
-    hidden = base.norm(hidden[:, -1:])
-    logits = lm.model.lm_head(hidden)[0, -1].float()
+    logits = runner.logits(hidden[0, -1])
     rec = torch.zeros(n, dtype=torch.bool)
-    rec[sel_host if sel_host is not None else torch.arange(n)] = True
+    rec[sel_host] = True
     return logits, rec

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.forward import recompute_rows
+from ragpic.core.runner import recompute_rows
 from ragpic.core.link.cacheblend import CacheBlend
 from ragpic.core.link.plan import LinkResult, Linker, check_segments, fill_cached_rows, new_cache, synchronize
 from ragpic.core.link.query_guided import QueryGuided

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.forward import recompute_rows
+from ragpic.core.runner import recompute_rows
 from ragpic.core.link.hops import rank_runs, select_with_hops, take_runs
 from ragpic.core.link.plan import Linker
 from ragpic.core.link.sentences import sentence_ends, sentence_spans

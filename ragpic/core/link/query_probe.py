@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.forward import layer_forward, recompute_rows, step_inputs
+from ragpic.core.forward import step_inputs
 from ragpic.core.link.plan import Linker
 from ragpic.core.link.query_guided import (check_probe_runs, method_runs, select_runs, spread_rows,
                                            trailing_text_rows)
@@ -38,6 +38,7 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention_probe import AttentionProbe
 from ragpic.core.ops.device import to_device
 from ragpic.core.ops.linked_cache import LinkedCache
+from ragpic.core.runner import recompute_rows, runner_for
 from ragpic.core.segments import Segment
 
 __all__ = ["PROFILED_LAYERS", "QueryProbe", "probe_layers", "shallow_pass"]
@@ -59,13 +60,11 @@ def shallow_pass(lm: LoadedModel, cache: LinkedCache, ids: torch.Tensor, host_po
     ``ids``: the prompt's ``(N,)`` host ids; ``host_pos``: ``(R,)`` ascending host positions;
     ``length``: the last of them + 1. No logits: the deeper layers never run.
     """
-    base = lm.model.model
+    runner = runner_for(lm)
     rows = to_device(host_pos, lm.device)
     step = step_inputs(lm, rows, length, host_positions=host_pos)
-    hidden = base.embed_tokens(to_device(ids[host_pos], lm.device)[None])
-    rotary = base.rotary_emb(hidden, rows[None])
-    for layer in base.layers[:layers]:
-        hidden = layer_forward(layer, hidden, rotary, cache, step, probe=probe)
+    hidden, rotary = runner.embed(to_device(ids[host_pos], lm.device), rows)
+    runner.layers(hidden, rotary, cache, step, 0, layers, probe=probe)
 
 
 class QueryProbe(Linker):

@@ -232,6 +232,11 @@ def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ma
     repeated for them, unless it already has ``g x R`` rows), which every fused kernel handles;
     otherwise torch's CPU flash kernel takes ``enable_gqa`` with a mask. ``fold`` forces either
     way (a link's plan decides per band, :func:`fold_pays`); None: fold off the CPU only.
+
+    A decode row (one query row per head) always folds. Measured once, 2 threads of an AVX-512
+    EPYC, one row over cached keys, per layer: bf16 fold 143 / 193 / 302 us against
+    ``enable_gqa``'s 940 / 2,535 / 4,309 us (SmolLM2 at 2k keys, Qwen2.5-0.5B and -1.5B at 3.8k);
+    fp32 128 against 113 us (SmolLM2) and 181 against 304 us (0.5B).
     ``mask`` None means every row sees every key.
     Returns ``(B, H, R, D_v)``, in whatever memory layout the kernel chose.
     """

@@ -1,20 +1,21 @@
-"""The decode step: one new token for each of ``B`` requests, straight through the model's modules.
+"""The lean decode step: one new token for each of ``B`` requests, straight through the model's modules.
 
 A decode step is a one-row forward per request, bound by the bytes of weights it reads; the
-generic path (a transformers forward over a :class:`~ragpic.core.batch.BatchedCache`) spends
+generic path (transformers' decoder over a :class:`~ragpic.core.batch.BatchedCache`) spends
 as long again on Python around them: masks, keyword plumbing, the cache protocol, per layer.
-:class:`DecodeStep` keeps only the arithmetic: it calls the model's own norms, projections,
+:class:`LeanStep` keeps only the arithmetic: it calls the model's own norms, projections,
 rotary embedding and MLP (so the numbers are the model's), writes each row's K/V into its
 request's :class:`~ragpic.core.ops.linked_cache.LinkedCache` at its position and runs SDPA over
 that cache in place (docs/ARCHITECTURE.md §4.8). It serves the decoder families whose layers
 are ``input_layernorm -> self_attn -> post_attention_layernorm -> mlp`` with rotary Q/K
-(llama, mistral, qwen2, qwen3); :func:`decode_step_for` returns None for any other model
-(gemma), which then decodes through the generic path.
+(llama, mistral, qwen2, qwen3; :func:`lean_step_ok`); the
+:class:`~ragpic.core.runner.ModelRunner` owns it and decodes any other model (gemma) through
+transformers' decoder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -22,7 +23,7 @@ from ragpic.core.model import LoadedModel
 from ragpic.core.ops.attention import grouped_sdpa
 from ragpic.core.ops.linked_cache import LinkedCache
 
-__all__ = ["DecodeStep", "decode_step_for"]
+__all__ = ["LeanStep", "lean_step_ok"]
 
 _FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -32,37 +33,42 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class DecodeStep:
+def lean_step_ok(lm: LoadedModel) -> bool:
+    """Whether ``lm``'s family has the layer shape :class:`LeanStep` computes (no logit soft-capping)."""
+    config = lm.model.config
+    if getattr(config, "model_type", None) not in _FAMILIES:
+        return False
+    base = lm.model.base_model
+    if not all(hasattr(base, a) for a in ("embed_tokens", "norm", "rotary_emb", "layers")):
+        return False
+    return not (getattr(config, "final_logit_softcapping", None) or getattr(config, "attn_logit_softcapping", None))
+
+
+class LeanStep:
     """Feed ``B`` tokens, each at its own position into its own cache; ``(B, V)`` fp32 logits.
 
-    Built once per model (:func:`decode_step_for` keeps it on the :class:`LoadedModel`).
+    ``decoder``: the model's base model; ``logits``: ``(B, hidden)`` last-layer states ->
+    ``(B, V)`` fp32 (the runner's head).
     """
 
-    def __init__(self, lm: LoadedModel):
-        self.lm = lm
-        base = lm.model.base_model
-        self.embed, self.norm, self.rotary = base.embed_tokens, base.norm, base.rotary_emb
-        self.layers = list(base.layers)
-        self.head = lm.model.get_output_embeddings()
+    def __init__(self, lm: LoadedModel, decoder: torch.nn.Module,
+                 logits: Callable[[torch.Tensor], torch.Tensor]):
+        self.embed, self.rotary = decoder.embed_tokens, decoder.rotary_emb
+        self.layers = list(decoder.layers)
+        self.logits = logits
         attn = self.layers[0].self_attn
         self.head_dim = lm.head_dim
         self.scaling = float(attn.scaling)
         self.qk_norm = hasattr(attn, "q_norm")
         self.window = lm.sliding_window
 
-    @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, positions: Sequence[int], caches: Sequence[LinkedCache],
-                 device_positions: torch.Tensor | None = None) -> torch.Tensor:
+                 device_positions: torch.Tensor) -> torch.Tensor:
         """``ids``: ``(B,)`` int64 on the model's device; ``positions[b]``: where ``ids[b]`` sits
-        (its cache's rows ``[0, positions[b])`` filled); ``device_positions``: the same ``(B,)``
-        on the device when the caller has them (decode's buffers: no host-to-device copy a
-        token). Each cache's ``length`` becomes ``positions[b] + 1``."""
+        (its cache's rows ``[0, positions[b])`` filled, checked by the runner);
+        ``device_positions``: the same ``(B,)`` on the device. Each cache's ``length`` becomes
+        ``positions[b] + 1``."""
         bsz, dh = ids.shape[0], self.head_dim
-        for c, p in zip(caches, positions):
-            if p >= c.capacity:
-                raise ValueError(f"position {p} is past a linked cache of {c.capacity} rows")
-        if device_positions is None:
-            device_positions = torch.tensor(list(positions), dtype=torch.long).to(ids.device)
         pos = device_positions.view(bsz, 1)
         h = self.embed(ids.view(bsz, 1))  # (B, 1, D)
         cos, sin = self.rotary(h, pos)  # (B, 1, dh) in the model dtype
@@ -83,29 +89,11 @@ class DecodeStep:
                 keys, values = c.key_slab[i], c.value_slab[i]  # (1, H_kv, capacity, dh)
                 keys[0, :, p] = k[b, :, 0]
                 values[0, :, p] = v[b, :, 0]
-                # fold=True: one query row per head folds into (H_kv, g) rows, which torch's CPU kernel
-                # runs ~15x faster than enable_gqa at a 3.8k context (258 us against 3.9 ms, bf16)
+                # a decode row folds its g query heads into rows (grouped_sdpa's measured rule)
                 out[b:b + 1] = grouped_sdpa(q[b:b + 1], keys[:, :, s:p + 1], values[:, :, s:p + 1], None, 0.0,
                                             self.scaling, fold=True)
             h = h + attn.o_proj(out.transpose(1, 2).reshape(bsz, 1, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         for c, p in zip(caches, positions):
             c.length = p + 1
-        return self.head(self.norm(h[:, 0])).float()
-
-
-def decode_step_for(lm: LoadedModel) -> DecodeStep | None:
-    """The :class:`DecodeStep` of ``lm`` (made once, kept on it), or None for a model outside
-    the families it serves (which then decodes through a transformers forward)."""
-    if isinstance(lm.decode_step, DecodeStep):
-        return lm.decode_step
-    model = lm.model
-    if getattr(model.config, "model_type", None) not in _FAMILIES:
-        return None
-    base = model.base_model
-    if not all(hasattr(base, a) for a in ("embed_tokens", "norm", "rotary_emb", "layers")):
-        return None
-    if getattr(model.config, "final_logit_softcapping", None) or getattr(model.config, "attn_logit_softcapping", None):
-        return None
-    lm.decode_step = DecodeStep(lm)
-    return lm.decode_step
+        return self.logits(h[:, 0])
