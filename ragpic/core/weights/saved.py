@@ -136,8 +136,12 @@ def load_saved(folder: Path, config, dtype: torch.dtype) -> tuple[nn.Module, str
     meta = json.loads((folder / _TABLE).read_text())
     shards = sorted(set(json.loads((folder / INDEX).read_text())["weight_map"].values()))
     state: dict[str, torch.Tensor] = {}
-    for shard in shards:
-        state.update(load_file(str(folder / Path(shard).name)))  # .name: never a path outside the folder
+    for shard in shards:  # .name: never a path outside the folder
+        # Copied out of the file's map: a tensor there starts wherever the safetensors header put it
+        # (8-byte aligned) on 4 KB file pages, and the int4 kernel reads such weights ~1.5x slower
+        # than the allocator's 64-byte aligned memory (Qwen2.5-1.5B's gate_proj: 362 us against 237).
+        # One shard (64 MB) at a time, so the copy adds a shard to the peak, not the model.
+        state.update({k: t.clone() for k, t in load_file(str(folder / Path(shard).name)).items()})
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     for name, kind in meta["layers"].items():
