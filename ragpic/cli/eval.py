@@ -278,9 +278,10 @@ def cmd_bench(args, peers_for=None) -> int:
         result["config"].update(answer_peer=answer_peer[0] if answer_peer else None, bandwidth_gb_s=bw,
                                 decode_limit_tok_s=decode_limit_tok_s(lm, bw), loaded_peak_rss_mb=loaded_rss,
                                 peak_rss_mb=peak_rss_mb())
-        weights = lm.weights_summary or f"weights {lm.weights} ({lm.dtype})"  # the summary names the format
-        print(f"{weights}; bandwidth {bw:.1f} GB/s -> decode limit "
-              f"{result['config']['decode_limit_tok_s']:.1f} tok/s; peak RSS {peak_rss_mb():.0f} MiB", file=sys.stderr)
+        print(f"bandwidth {bw:.1f} GB/s -> decode limit {result['config']['decode_limit_tok_s']:.1f} tok/s; "
+              f"peak RSS {peak_rss_mb():.0f} MiB", file=sys.stderr)
+    weights = lm.weights_summary or f"weights {lm.weights} ({lm.dtype})"  # the summary names the format and why
+    print(f"CPU {result['config']['cpu']}; {weights}", file=sys.stderr)
     print(format_table(result))
     _write_json(args.json_out, result)
     if args.plot:

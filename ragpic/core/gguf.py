@@ -117,11 +117,13 @@ def folder_name(stem: str, digest: str, fmt, dtype) -> str:
     name = f"{stem}-{digest[:16]}-{_dtype_name(dtype)}"
     if fmt is WeightFormat.DENSE:
         return name
+    # v3 where the layout changed: a quantized fp32 model's scales are kept in bf16 (kernel_dtype)
+    version = "v2" if _dtype_name(dtype) == "bfloat16" else "v3"
     if fmt is WeightFormat.INT8:
-        return f"{name}-{fmt.value}-v2"
+        return f"{name}-{fmt.value}-{version}"
     from ragpic.core.weights.linear import pack_block
 
-    return f"{name}-{fmt.value}-b{pack_block()}-v2"
+    return f"{name}-{fmt.value}-b{pack_block()}-{version}"
 
 
 def gguf_config(path: str | os.PathLike):

@@ -49,7 +49,8 @@ class LoadedModel:
         key_blocks: on the CPU in fp32, run a forward of several bands as one pass per key
             block (:mod:`ragpic.core.ops.key_blocks`); False keeps one call per band.
         weights: how the weights are held (:class:`~ragpic.core.weights.WeightFormat`, never auto).
-        weights_summary: what loading did to them (which tensors stayed the file's own), or "".
+        weights_summary: what `auto` chose and why, and what loading did to the weights (which
+            tensors stayed the file's own), or "" (a format given, nothing converted).
         source_sha256: SHA-256 of the GGUF file the weights came from (the embedded model's
             too), ``""`` for any other model: the same under every weights format and dtype, so a
             calibration shipped for that file finds it (:mod:`ragpic.engine.calibration_file`).
@@ -220,7 +221,7 @@ def load_model(
         dtype = getattr(torch, dtype)
     name = name_or_path or DEFAULT_MODEL
     path = default_model_dir() if name == DEFAULT_MODEL else name
-    fmt, dtype = resolve_weights(parse_weights(weights), gguf=is_gguf_path(path), device=dev, dtype=dtype)
+    fmt, dtype, why = resolve_weights(parse_weights(weights), gguf=is_gguf_path(path), device=dev, dtype=dtype)
     dtype = dtype or default_dtype(dev)
     gguf_file = path if is_gguf_path(path) else None
     if gguf_file is not None:  # converted once to (fmt, dtype), a tensor at a time, cached by its SHA-256
@@ -244,6 +245,8 @@ def load_model(
 
         held = hold_dense_weights(model, True)
         summary = f"{summary}; " * bool(summary) + f"dense copies of {held} layers held for prefill"
+    if why:  # what auto chose and why, before what loading did
+        summary = f"auto: {why}" + f"; {summary}" * bool(summary)
     source_file = gguf_file if gguf_file is not None else default_gguf() if name == DEFAULT_MODEL else None
     source = known_sha256(Path(source_file).expanduser()) if source_file is not None else ""
     return wrap_model(model, tokenizer, name=name, banded_attention=banded_attention, weights=fmt,

@@ -228,7 +228,8 @@ def test_a_bf16_engine_never_reads_entries_an_fp32_engine_stored(tmp_path):
 
 def test_an_avx2_dispatch_is_taken_as_an_avx2_cpu():
     """Under ``ATEN_CPU_CAPABILITY=avx2`` (how an AVX2 machine is emulated on this one) the
-    weights ``auto`` picks are the AVX2 machine's: no native bf16, so dense fp32, whatever the silicon."""
+    weights ``auto`` picks are the AVX2 machine's: no native bf16, so an fp32 model on int8
+    weights, whatever the silicon."""
     import os
     import subprocess
     import sys
@@ -240,4 +241,4 @@ def test_an_avx2_dispatch_is_taken_as_an_avx2_cpu():
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["AVX2", "False", "dense"], out.stdout
+    assert out.stdout.split() == ["AVX2", "False", "int8"], out.stdout

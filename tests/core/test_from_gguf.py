@@ -73,9 +73,9 @@ def test_int8_and_int4_from_a_gguf_are_the_quantized_reference_bit_for_bit(tmp_p
 
 
 def test_the_files_own_blocks_are_kept_and_the_rest_requantized_near_the_reference(tmp_path, home):
-    """weights='gguf': a Q4_0 weight is the file's codes (the dequantized model's weight to fp32
-    round-off), an 8-bit one is re-quantized (within 4-bit error), llama's rows are in
-    transformers' order, and the tied head reads the embedding."""
+    """weights='gguf': a Q4_0 weight is the file's codes (the dequantized model's weight to the
+    rounding of its bf16 scales), an 8-bit one is re-quantized (within 4-bit error), llama's rows
+    are in transformers' order, and the tied head reads the embedding."""
     path = tmp_path / "m.gguf"
     write_tiny_gguf(path, "llama", quant=MIXED, tied=True, num_key_value_heads=4)
     lm = load_model(str(path), device="cpu", dtype="float32", weights="gguf")
@@ -86,7 +86,7 @@ def test_the_files_own_blocks_are_kept_and_the_rest_requantized_near_the_referen
             want = ref[name].weight.detach()
             err = (mod.dense_weight(torch.float32) - want).norm() / want.norm()
             exact = isinstance(mod, Int4Linear) and "down_proj" not in name and name != "lm_head"
-            assert err <= (1e-6 if exact else 0.1), (name, float(err))
+            assert (err <= 5e-3) if exact else (0.01 < err <= 0.1), (name, float(err))
             kinds[name] = type(mod)
     assert kinds["lm_head"] is Int4Linear and kinds["model.layers.0.self_attn.q_proj"] is Int4Linear
     assert isinstance(lm.model.model.embed_tokens, Int8Embedding)  # Q8_0: re-quantized to int8
@@ -161,6 +161,8 @@ def test_the_folder_is_keyed_by_content_format_dtype_and_this_cpus_int4_layout()
     assert folder_name("m", digest, WeightFormat.GGUF, torch.bfloat16) == f"m-abababababababab-bfloat16-gguf-b{block}-v2"
     assert folder_name("m", digest, WeightFormat.INT4, torch.bfloat16) == f"m-abababababababab-bfloat16-int4-b{block}-v2"
     assert folder_name("m", digest, WeightFormat.INT8, torch.bfloat16) == "m-abababababababab-bfloat16-int8-v2"
+    # an fp32 model's quantized layers keep bf16 scales (kernel_dtype): a layout of its own
+    assert folder_name("m", digest, WeightFormat.GGUF, torch.float32) == f"m-abababababababab-float32-gguf-b{block}-v3"
 
 
 def test_an_embedding_kept_in_4_bit_blocks_looks_up_the_files_rows(tmp_path, home):

@@ -6,8 +6,11 @@ point per 32 inputs of each row in the layout of ``aten._weight_int4pack_mm_for_
 kernels read the weight once per call, so they win where decode is bound by the bytes of
 weights read (a few rows); from :data:`DENSE_FROM` rows on (a link, a prefill, a compile) the
 layer dequantizes its weight to the compute dtype and runs the dense GEMM, which is faster there
-(4864x896 at 256 rows, bf16: 7 ms against 16 ms through the kernel). Activations are the model's
-compute dtype; the kernels are fast in bf16 (and fall back to slow reference loops in fp32).
+(4864x896 at 256 rows, bf16: 7 ms against 16 ms through the kernel). The kernels are fast with
+bf16 activations only (fp32 falls to reference loops), so a layer keeps its scales in
+:func:`kernel_dtype` and a layer of an fp32 model runs its few rows through the kernel in bf16 and
+casts the result back: the fp32 model's other work (norms, attention, its link's GEMMs) stays in
+fp32, which is what a CPU without native bf16 runs fastest (docs/ARCHITECTURE.md §4.8).
 
 Dequantized weight, with ``q`` the codes and ``g = k // 32``:
 int8 ``W[n, k] = q[n, k] * scale[n]``; int4 ``W[n, k] = (q[n, k] - 8) * scale[g, n] + zero[g, n]``.
@@ -21,11 +24,18 @@ import torch
 from torch import nn
 
 __all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "hold_dense_weights",
-           "pack_block", "pack_int4", "quantize_int4", "quantize_int8", "unpack_int4"]
+           "kernel_dtype", "pack_block", "pack_int4", "quantize_int4", "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
 GROUP = 32  # inputs per int4 scale and zero point: a GGUF Q4 block, the kernel's smallest group
 _BLOCK_N = 64  # int4 layers need whole 64-row blocks: the largest block of any CPU layout below
+
+
+def kernel_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a weight-only layer of a model computing in ``dtype`` keeps its scales in and runs
+    its kernel's activations in: bf16 for fp32 (one decode GEMV on AVX2, 4864x896: int8 x fp32
+    1,494 us, int8 x bf16 143 us, dense fp32 337 us), else ``dtype``."""
+    return torch.bfloat16 if dtype == torch.float32 else dtype
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +109,7 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 class _WeightOnly(nn.Module):
     """What both quantized linears share: the kernel for a few rows, the dense GEMM from
-    :data:`DENSE_FROM` rows on (or when the activations are not in the scales' dtype).
+    :data:`DENSE_FROM` rows on.
 
     ``hold_dense`` (set by :func:`hold_dense_weights`): keep the dense weight the first such
     forward makes, so later ones skip the dequantization. It is a copy made from the codes,
@@ -157,15 +167,15 @@ def hold_dense_weights(model: nn.Module, hold: bool) -> int:
 class Int8Linear(_WeightOnly):
     """``y = x W^T + b`` with ``W`` as int8 codes. ``(..., K)`` -> ``(..., N)`` in ``x``'s dtype.
 
-    Buffers: ``codes`` ``(N, K)`` int8, ``scales`` ``(N,)`` and ``bias`` ``(N,)`` (or None) in the
-    compute dtype.
+    Buffers: ``codes`` ``(N, K)`` int8, ``scales`` ``(N,)`` in :func:`kernel_dtype`, ``bias``
+    ``(N,)`` (or None) in the compute dtype.
     """
 
     def __init__(self, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
         super().__init__()
         self.out_features, self.in_features = codes.shape
         self.register_buffer("codes", codes.contiguous())
-        self.register_buffer("scales", scales.to(dtype).contiguous())
+        self.register_buffer("scales", scales.to(kernel_dtype(dtype)).contiguous())
         self.register_buffer("bias", None if bias is None else bias.to(dtype))
 
     def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
@@ -173,9 +183,8 @@ class Int8Linear(_WeightOnly):
         return self.codes.to(dtype) * self.scales.to(dtype)[:, None]
 
     def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
-        if flat.dtype != self.scales.dtype:
-            return None
-        return torch.ops.aten._weight_int8pack_mm(flat.contiguous(), self.codes, self.scales)
+        x = flat.to(self.scales.dtype).contiguous()
+        return torch.ops.aten._weight_int8pack_mm(x, self.codes, self.scales).to(flat.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
@@ -185,7 +194,7 @@ class Int4Linear(_WeightOnly):
     """``y = x W^T + b`` with ``W`` as 4-bit codes. ``(..., K)`` -> ``(..., N)`` in ``x``'s dtype.
 
     Buffers: ``packed`` ``(N, K/2)`` uint8 (:func:`pack_int4`), ``scales_zeros``
-    ``(K/32, N, 2)`` in the compute dtype, ``bias`` ``(N,)`` or None.
+    ``(K/32, N, 2)`` in :func:`kernel_dtype`, ``bias`` ``(N,)`` or None in the compute dtype.
     """
 
     def __init__(self, codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bias: torch.Tensor | None,
@@ -193,7 +202,7 @@ class Int4Linear(_WeightOnly):
         super().__init__()
         self.out_features, self.in_features = codes.shape
         self.register_buffer("packed", pack_int4(codes))
-        self.register_buffer("scales_zeros", torch.stack((scales, zeros), -1).to(dtype).contiguous())
+        self.register_buffer("scales_zeros", torch.stack((scales, zeros), -1).to(kernel_dtype(dtype)).contiguous())
         self.register_buffer("bias", None if bias is None else bias.to(dtype))
 
     @staticmethod
@@ -223,9 +232,8 @@ class Int4Linear(_WeightOnly):
         return w.view(n, k)
 
     def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
-        if flat.dtype != self.scales_zeros.dtype:
-            return None
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(flat.contiguous(), self.packed, GROUP, self.scales_zeros)
+        x = flat.to(self.scales_zeros.dtype).contiguous()
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, GROUP, self.scales_zeros).to(flat.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 group {GROUP}"
