@@ -53,10 +53,9 @@ class LeanStep:
 
     def __init__(self, lm: LoadedModel, decoder: torch.nn.Module,
                  logits: Callable[[torch.Tensor], torch.Tensor]):
-        self.embed, self.rotary = decoder.embed_tokens, decoder.rotary_emb
-        self.layers = list(decoder.layers)
+        self.decoder = decoder  # its modules read at each step: quantizing a model replaces them
         self.logits = logits
-        attn = self.layers[0].self_attn
+        attn = decoder.layers[0].self_attn
         self.head_dim = lm.head_dim
         self.scaling = float(attn.scaling)
         self.qk_norm = hasattr(attn, "q_norm")
@@ -70,11 +69,11 @@ class LeanStep:
         ``positions[b] + 1``."""
         bsz, dh = ids.shape[0], self.head_dim
         pos = device_positions.view(bsz, 1)
-        h = self.embed(ids.view(bsz, 1))  # (B, 1, D)
-        cos, sin = self.rotary(h, pos)  # (B, 1, dh) in the model dtype
+        h = self.decoder.embed_tokens(ids.view(bsz, 1))  # (B, 1, D)
+        cos, sin = self.decoder.rotary_emb(h, pos)  # (B, 1, dh) in the model dtype
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, 1, dh): broadcast over heads
         starts = [max(0, p - self.window + 1) if self.window else 0 for p in positions]
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.decoder.layers):
             attn = layer.self_attn
             x = layer.input_layernorm(h)
             q = attn.q_proj(x).view(bsz, 1, -1, dh).transpose(1, 2)  # (B, H, 1, dh)

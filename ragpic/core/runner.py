@@ -46,11 +46,6 @@ class ModelRunner:
     def __init__(self, lm: LoadedModel):
         self.lm = lm
         self.decoder = lm.model.base_model
-        self.head = lm.model.get_output_embeddings()
-        # A bias-free linear head runs as ``W @ hidden^T``: the (V, hidden) weight is read
-        # row-major once for all rows, where ``hidden @ W^T`` makes the CPU BLAS pack it first,
-        # again at every step (benchmarks/bench_batch_decode.py times it).
-        self._plain_head = type(self.head) is torch.nn.Linear and self.head.bias is None
         self._lean = LeanStep(lm, self.decoder, self.logits) if lean_step_ok(lm) else None
 
     @property
@@ -115,10 +110,14 @@ class ModelRunner:
         (unless ``normed``: the decoder applied it) and the head, the one way ragpic computes them."""
         if not normed:
             hidden = self.decoder.norm(hidden)
-        if self._plain_head:
+        head = self.lm.model.get_output_embeddings()  # looked up: quantizing a model replaces its head
+        if type(head) is torch.nn.Linear and head.bias is None:
+            # ``W @ hidden^T``: the (V, hidden) weight read row-major once for all rows, where
+            # ``hidden @ W^T`` makes the CPU BLAS pack it first, again at every step
+            # (benchmarks/bench_batch_decode.py times it)
             flat = hidden.reshape(-1, hidden.shape[-1])
-            return (self.head.weight @ flat.t()).t().reshape(*hidden.shape[:-1], -1).float()
-        return self.head(hidden).float()
+            return (head.weight @ flat.t()).t().reshape(*hidden.shape[:-1], -1).float()
+        return head(hidden).float()
 
     # ----- one token per request ------------------------------------------------------------------
     @torch.inference_mode()

@@ -44,6 +44,7 @@ def test_the_decode_step_gives_the_forwards_logits(kind, overrides):
 @pytest.mark.parametrize("fmt", [WeightFormat.INT8, WeightFormat.INT4])
 def test_the_decode_step_under_quantized_weights(fmt):
     lm = tiny_lm("qwen2", num_key_value_heads=4)
+    runner_for(lm)  # made before the weights change: it must read the new layers and head
     quantize_model(lm.model, fmt)
     cache, ref = _filled(lm, 15, 24, 3), _filled(lm, 15, 24, 3)
     with torch.inference_mode():
