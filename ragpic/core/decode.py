@@ -199,5 +199,6 @@ class DecodeBuffers:
             self.ids.fill_(token)  # a scalar kernel argument: no host-to-device copy
             token = self.ids
         p = self.prompt_len + i
-        mask = None if runner_for(lm).lean else self.step_mask(i)  # the lean step needs no mask
-        return runner_for(lm).decode(token, (p,), (cache,), device_positions=self.positions[i:i + 1], mask=mask)[0]
+        runner = runner_for(lm)
+        mask = None if runner.lean else self.step_mask(i)  # the lean step needs no mask
+        return runner.decode(token, (p,), (cache,), device_positions=self.positions[i:i + 1], mask=mask)[0]

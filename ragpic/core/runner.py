@@ -1,8 +1,9 @@
 """The model runner: the one place ragpic calls a loaded model's modules (docs/ARCHITECTURE.md §4.2).
 
 A :class:`ModelRunner` is made once per :class:`~ragpic.core.model.LoadedModel`
-(:func:`runner_for`) and holds its parts: the embedding, the rotary embedding, the decoder
-layers, the final norm and the head. Every forward goes through it:
+(:func:`runner_for`) and calls its parts, looked up on the model at each call (quantizing a
+model replaces them): the embedding, the rotary embedding, the decoder layers, the final norm
+and the head. Every forward goes through it:
 
 - :meth:`~ModelRunner.forward`: ``R`` rows of a linked cache through the whole decoder under a
   :class:`~ragpic.core.forward.Step` (a link's recompute, ``full``, teacher-forced scoring);

@@ -124,8 +124,8 @@ class _WeightOnly(nn.Module):
     def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
         raise NotImplementedError
 
-    def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
-        """``(M, K)`` -> ``(M, N)`` through the weight-only kernel, or None where it does not apply."""
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor:
+        """``(M, K)`` -> ``(M, N)`` through the weight-only kernel, in ``flat``'s dtype."""
         raise NotImplementedError
 
     def _dense(self, dtype: torch.dtype) -> torch.Tensor:
@@ -139,8 +139,9 @@ class _WeightOnly(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        y = self.kernel(flat) if flat.shape[0] < DENSE_FROM else None
-        if y is None:
+        if flat.shape[0] < DENSE_FROM:
+            y = self.kernel(flat)
+        else:
             y = nn.functional.linear(flat, self._dense(flat.dtype))
         if self.bias is not None:
             y = y + self.bias
@@ -182,7 +183,7 @@ class Int8Linear(_WeightOnly):
         """``(N, K)`` dequantized weight."""
         return self.codes.to(dtype) * self.scales.to(dtype)[:, None]
 
-    def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor:
         x = flat.to(self.scales.dtype).contiguous()
         return torch.ops.aten._weight_int8pack_mm(x, self.codes, self.scales).to(flat.dtype)
 
@@ -231,7 +232,7 @@ class Int4Linear(_WeightOnly):
         groups.mul_(sz[..., 0].t().unsqueeze(-1)).add_(sz[..., 1].t().unsqueeze(-1))
         return w.view(n, k)
 
-    def kernel(self, flat: torch.Tensor) -> torch.Tensor | None:
+    def kernel(self, flat: torch.Tensor) -> torch.Tensor:
         x = flat.to(self.scales_zeros.dtype).contiguous()
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, GROUP, self.scales_zeros).to(flat.dtype)
 

@@ -1,4 +1,4 @@
-"""A converted model on disk: written a shard at a time, mapped back (docs/ARCHITECTURE.md §4.8).
+"""A converted model on disk: written a shard at a time, read back (docs/ARCHITECTURE.md §4.8).
 
 A GGUF file is converted once (:mod:`ragpic.core.weights.from_gguf`) into a folder keyed by the
 file's SHA-256, the format and the dtype: the tensors as safetensors shards (plain tensors, no
@@ -7,7 +7,7 @@ which layer kind. :class:`ShardWriter` flushes a shard as soon as it holds
 :data:`SHARD_BYTES`, so converting never holds more than a shard and the tensor being made.
 A dense folder is a Hugging Face checkpoint (``model.safetensors.index.json``) that
 ``from_pretrained`` reads; a quantized one is built on the meta device and filled from the
-shards by :func:`load_saved`: a few seconds, and the weights are the files' pages.
+shards by :func:`load_saved`, a shard at a time, into the allocator's aligned memory: a few seconds.
 """
 
 from __future__ import annotations
