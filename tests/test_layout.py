@@ -346,3 +346,35 @@ def test_only_the_model_runner_calls_a_models_modules():
                 if _MODEL_PARTS.search(line.split("#")[0])]
     assert not bad, "model modules called outside core/runner.py:\n" + "\n".join(bad)
     assert _MODEL_PARTS.search("hidden = base.embed_tokens(ids)") and _MODEL_PARTS.search("lm.model(input_ids=x)")
+
+
+# What compiles chunks or writes their entries: the core's compile functions and the store's halves
+_COMPILE_CALLS = {"compile_chunks", "compile_in_context", "put_many", "encode_many"}
+
+
+def test_one_function_compiles_and_stores_chunks_above_the_core():
+    """The engine, the corpus compile, the server and the evaluations compile and store chunks
+    through ragpic/engine/compile_pipeline.py alone (one batching policy, one error, one writer);
+    the server's long chunk continues one prefill in parts (``ChunkInParts``) and nothing else."""
+    bad = []
+    for folder in ("engine", "corpus", "serve", "eval", "llm", "retriever_hooks", "cli"):
+        for path in sorted((PKG / folder).rglob("*.py")):
+            rel = path.relative_to(PKG).as_posix()
+            if rel == "engine/compile_pipeline.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                    store_write = (isinstance(f, ast.Attribute) and f.attr == "write"
+                                   and "store" in ast.unparse(f.value))
+                    if name in _COMPILE_CALLS or store_write:
+                        bad.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert not bad, "compiled outside engine/compile_pipeline.py:\n" + "\n".join(bad)
+
+
+def test_no_module_is_over_300_lines():
+    """Small modules whose names say what they hold (the developers' guide, *Code style*)."""
+    long = [f"{p.relative_to(PKG).as_posix()}: {n}" for p in sorted(PKG.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 300]
+    assert not long, "modules over 300 lines (split them by what they hold):\n" + "\n".join(long)

@@ -69,7 +69,7 @@ def _count(flag: str, minimum: int = 1):
 
 def _size(flag: str):
     def parse(text: str) -> int:
-        from ragpic.cache.tools.plan import parse_size
+        from ragpic.cache.tools.sizes import parse_size
 
         try:
             return parse_size(text)
@@ -182,7 +182,8 @@ def read_geometry(model: str | None, geometry: str | None = None):
 
 def check_plan(args: argparse.Namespace) -> None:
     """Every flag of ``store plan``, checked without torch; the geometry kept on ``args``."""
-    from ragpic.cache.tools.plan import KV_FORMATS, parse_hot
+    from ragpic.cache.tools.plan import KV_FORMATS
+    from ragpic.cache.tools.sizes import parse_hot
     from ragpic.errors import UsageError
 
     prog = "ragpic store plan"

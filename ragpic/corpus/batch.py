@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ragpic.core.compile import compile_chunks
+from ragpic.engine.compile_pipeline import StoreWriter, compile_entries, text_jobs
 from ragpic.engine.compile_plan import plan_compile
 from ragpic.errors import ChunkError, StoreError
 
@@ -88,28 +88,21 @@ def compile_batch(engine: "RagPic", texts: Sequence[str], wheres: Sequence[str],
     if not plan.todo:
         return out
     where_of = {t: w for t, w in zip(texts, wheres)}
-    tok = engine.lm.tokenizer
-    t0 = time.perf_counter()
-    ids = [tok(t, add_special_tokens=False)["input_ids"] for _, t in plan.todo]
+    first = {t: i for i, t in reversed(list(enumerate(texts)))}
+    t0 = time.perf_counter()  # compile_s counts tokenizing, as the forward passes' input
+    jobs = text_jobs(engine.lm.tokenizer, plan.todo, [where_of[t] for _, t in plan.todo],
+                     [first[t] for _, t in plan.todo])
+    writer = StoreWriter(engine.store, strict=True)
     try:
-        kvs = compile_chunks(engine.lm, ids, recipe=method.recipe, batch_tokens=engine.config.batch_tokens,
-                             on_progress=on_compiled)
-    except ChunkError as e:
-        text = plan.todo[e.index or 0][1]
-        raise ChunkError(f"{where_of[text]}: {e}", e.index) from e
-    t1 = time.perf_counter()
-    items = {k: (kv.to("cpu"), t) for (k, t), kv in zip(plan.todo, kvs)}
-    try:
-        encoded = engine.store.encode_many(items, strict=True)
-        t2 = time.perf_counter()
-        stored = engine.store.write(encoded, strict=True)
+        compile_entries(engine.lm, jobs, method.recipe, batch_tokens=engine.config.batch_tokens, sink=writer,
+                        on_progress=on_compiled)
     except StoreError as e:  # which documents this batch held: the run resumes from there
         raise StoreError(f"batch {wheres[0]} .. {wheres[-1]}: {e}") from e
-    t3 = time.perf_counter()
-    if len(stored) != len(plan.todo):  # strict writes raise; a store that answered less must not pass
-        held = set(stored)
+    total = time.perf_counter() - t0
+    if len(writer.written) != len(plan.todo):  # strict writes raise; a store that answered less must not pass
+        held = set(writer.written)
         lost = [where_of[t] for k, t in plan.todo if k not in held]
         raise StoreError(f"{len(lost)} chunks were not stored (first: {lost[0]}); is the store full or read-only?")
-    out.compiled, out.tokens = len(plan.todo), sum(len(i) for i in ids)
-    out.compile_s, out.encode_s, out.write_s = t1 - t0, t2 - t1, t3 - t2
+    out.compiled, out.tokens = len(plan.todo), sum(len(j.ids) for j in jobs)
+    out.compile_s, out.encode_s, out.write_s = total - writer.encode_s - writer.write_s, writer.encode_s, writer.write_s
     return out

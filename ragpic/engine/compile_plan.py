@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ragpic.checks import check_texts
-from ragpic.core.compile import compile_chunks
-from ragpic.core.kv import ChunkKV
 from ragpic.core.compile_recipe import recipe_dummies
 from ragpic.core.methods import Method
-from ragpic.core.model import LoadedModel
 from ragpic.errors import ChunkError
 
-__all__ = ["CompilePlan", "Compiler", "compile_and_store", "plan_compile"]
+__all__ = ["CompilePlan", "Compiler", "plan_compile"]
 
 
 class Compiler(Protocol):
@@ -97,31 +94,3 @@ def plan_compile(engine: Compiler, texts: Sequence[str], method: Method, *, refu
     plan.stored = [stored.get(t, False) for t in plan.texts]
     plan.todo = [(key_of[t], t) for t in keep if not stored[t]]
     return plan
-
-
-def compile_and_store(lm: LoadedModel, store: Any, todo: Sequence[tuple[str, str]], method: Method, *,
-                      batch_tokens: int, progress: bool = False, strict: bool = False) -> dict[str, ChunkKV]:
-    """Compile a plan's ``todo`` (``(key, text)``) in process and store it 64 chunks at a time (an
-    interrupted ingest keeps what it finished); ``key -> KV`` as compiled. ``strict``: a failed
-    store write raises. A failing chunk raises :class:`ChunkError` with its index in ``todo``."""
-    if not todo:
-        return {}
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(todo), desc="compiling chunk KV", unit="chunk", disable=not progress)
-    out: dict[str, ChunkKV] = {}
-    step = 64
-    try:
-        for lo in range(0, len(todo), step):
-            part = todo[lo:lo + step]
-            ids = [lm.tokenizer(t, add_special_tokens=False)["input_ids"] for _, t in part]
-            try:
-                kvs = compile_chunks(lm, ids, recipe=method.recipe, batch_tokens=batch_tokens, on_progress=bar.update)
-            except ChunkError as e:
-                i = e.index or 0
-                raise ChunkError(f"{e} [text starts {part[i][1][:60]!r}]", lo + i) from e
-            store.put_many({k: (kv.to("cpu"), t) for (k, t), kv in zip(part, kvs)}, strict=strict)
-            out.update({k: kv for (k, _), kv in zip(part, kvs)})
-    finally:
-        bar.close()
-    return out

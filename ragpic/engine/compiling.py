@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 import queue
 from collections.abc import Sequence
 
-from ragpic.core.compile import ChunkInParts, compile_chunks
+from ragpic.core.compile import ChunkInParts
 from ragpic.core.kv import ChunkKV
 from ragpic.core.compile_recipe import recipe_dummies
 from ragpic.core.methods import Method
+from ragpic.engine.compile_pipeline import ChunkJob, StoreWriter, compile_entries, text_jobs
 
 if TYPE_CHECKING:
     from ragpic.engine.engine import RagPic
@@ -56,18 +57,18 @@ class CompileWork:
     """Chunks to compile in pieces.
 
     Args:
-        todo: ``(store key, text, token ids)`` per chunk, in order.
+        todo: the chunks, in order (:func:`tokenized`).
         method: whose recipe compiles them (``plain``, ``bosN``).
         piece_rows: most rows per piece (with the recipe's dummy rows; None: one chunk per piece).
         store: the :class:`~ragpic.cache.store.ChunkStore` the chunks go to (it encodes them).
         owner: anything with a ``cancelled`` flag (a job, a handler's token): the work follows it.
     """
 
-    def __init__(self, todo: Sequence[tuple[str, str, list[int]]], method: Method, piece_rows: int | None,
-                 store, owner=None):
-        self.todo, self.recipe, self.store, self.owner = list(todo), method.recipe, store, owner
+    def __init__(self, todo: Sequence[ChunkJob], method: Method, piece_rows: int | None, store, owner=None):
+        self.todo, self.recipe, self.owner = list(todo), method.recipe, owner
+        self.writer = StoreWriter(store, strict=True)
         dummies = recipe_dummies(self.recipe)
-        self.lengths = [len(ids) + dummies for _, _, ids in self.todo]
+        self.lengths = [len(job.ids) + dummies for job in self.todo]
         self.pieces = _pieces(self.lengths, piece_rows)
         self.done_pieces = 0
         self.failed: BaseException | None = None
@@ -101,20 +102,19 @@ class CompileWork:
         the store (handed to :func:`store_pieces`); its rows."""
         rows = self.next_rows
         part, a, b = self.pieces[self.done_pieces]
+        encoded = []
         try:
             if b is None:
-                kvs = compile_chunks(lm, [self.todo[i][2] for i in part], recipe=self.recipe,
-                                     batch_tokens=max(rows, 1))
-            else:
-                kvs = self._part(lm, part[0], a, b)
-            encoded = self.store.encode_many({self.todo[i][0]: (kv.to("cpu"), self.todo[i][1])
-                                              for i, kv in zip(part, kvs)}, strict=True) if kvs else None
+                compile_entries(lm, [self.todo[i] for i in part], self.recipe, batch_tokens=max(rows, 1),
+                                sink=lambda jobs, kvs: encoded.append(self.writer.encode(jobs, kvs)))
+            elif kv := self._part(lm, part[0], a, b):
+                encoded.append(self.writer.encode([self.todo[part[0]]], kv))
         except Exception as exc:
             self.end(exc)
             raise
         self.done_pieces += 1
-        if encoded is not None:
-            self.results.put(encoded)
+        for one in encoded:
+            self.results.put(one)
         if self.pieces_left == 0:
             self.end()
         return rows
@@ -122,7 +122,7 @@ class CompileWork:
     def _part(self, lm, i: int, a: int, b: int) -> list[ChunkKV]:
         """Rows ``[a, b)`` of chunk ``i`` (its dummy rows first); its KV once ``b`` is its end."""
         if a == 0:
-            self._partial = ChunkInParts(lm, self.todo[i][2], self.recipe, index=i)
+            self._partial = ChunkInParts(lm, self.todo[i].ids, self.recipe, index=i)
         kv = self._partial.run(b)
         if kv is None:
             return []
@@ -136,10 +136,9 @@ class CompileWork:
         self.results.put(_ENDED)
 
 
-def tokenized(engine: "RagPic", todo: Sequence[tuple[str, str]]) -> list[tuple[str, str, list[int]]]:
-    """``(key, text)`` -> ``(key, text, token ids)``: tokenized off the model thread."""
-    tok = engine.lm.tokenizer
-    return [(key, text, tok(text, add_special_tokens=False)["input_ids"]) for key, text in todo]
+def tokenized(engine: "RagPic", todo: Sequence[tuple[str, str]]) -> list[ChunkJob]:
+    """``(key, text)`` pairs as the pipeline's jobs: tokenized off the model thread."""
+    return text_jobs(engine.lm.tokenizer, todo)
 
 
 def store_pieces(work: CompileWork) -> dict[str, ChunkKV]:
@@ -148,7 +147,7 @@ def store_pieces(work: CompileWork) -> dict[str, ChunkKV]:
     chunk written. Raises the piece's error when one failed (the pieces before it stay stored)."""
     out: dict[str, ChunkKV] = {}
     while (encoded := work.results.get()) is not _ENDED:
-        work.store.write(encoded, strict=True)  # a failed write raises: the caller answers 503
+        work.writer.write(encoded)  # strict: a failed write raises, the caller answers 503
         out.update(encoded.read_form)
     if work.failed is not None:
         raise work.failed

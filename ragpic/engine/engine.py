@@ -7,36 +7,33 @@ on a miss) -> link -> decode. LlamaIndex and LangChain classes are thin layers o
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from ragpic.cache.format.expect import expected_for
 from ragpic.config import Config
 from ragpic.core.decode import Sampling
 from ragpic.core.kv import ChunkKV
-from ragpic.core.link import linker_for
-from ragpic.core.compile_recipe import PLAIN
 from ragpic.core.methods import Method, parse_method
 from ragpic.core.model import LoadedModel, load_model
 from ragpic.core.ops.attention import uses_banded_attention
 from ragpic.core.ops.linked_cache import SlabPool
-from ragpic.core.segments import Segment, split_prompt, text_segment
+from ragpic.core.segments import Segment
 from ragpic.checks import check_number, check_text
-from ragpic.errors import ChunkError, ConfigError, ContextOverflowError, GenerationTimeout
+from ragpic.errors import ConfigError, ContextOverflowError, GenerationTimeout
 from ragpic.engine.calibration import Choice, choose
 from ragpic.engine.calibration_file import find_calibration
-from ragpic.engine.compile_plan import compile_and_store, plan_compile
+from ragpic.engine.compile_pipeline import text_jobs
+from ragpic.engine.compile_plan import plan_compile
 from ragpic.engine.generation import Generation, GenerationStream, MatchStats
-from ragpic.engine.in_order import check_in_order, compile_in_order, context_ids, entries_behind
+from ragpic.engine.in_order import check_in_order, compile_in_order, context_ids
+from ragpic.engine.lookup import segments_of, store_jobs
 from ragpic.engine.plan_options import PlanOptions
 from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.prompting import check_messages, format_chat
 from ragpic.engine.request import LinkedRequest
-from ragpic.engine.segmenting import build_segments, match_chunks
 
-__all__ = ["Generation", "GenerationStream", "RagPic", "check_engine"]
+__all__ = ["Generation", "GenerationStream", "RagPic"]
 
 log = logging.getLogger("ragpic.engine")
 
@@ -153,7 +150,7 @@ class RagPic:
         ``texts`` must be exactly what will appear in prompts (a list: a bare ``str`` is
         refused). Texts shorter than ``config.min_chunk_tokens`` are skipped: they are never
         cached or matched (the rules: :mod:`ragpic.engine.compile_plan`). Shows a progress bar
-        when ``progress``; a failing chunk raises :class:`ChunkError` naming it.
+        when ``progress``; a failing chunk raises :class:`~ragpic.errors.ChunkError` naming it.
 
         ``in_order``: ``texts`` are one document's chunks in order; each is also compiled behind
         the ``config.compile_behind`` texts before it, each followed by ``separator`` (what a
@@ -165,23 +162,15 @@ class RagPic:
         if in_order:
             check_in_order(self, m, separator)
         plan = plan_compile(self, texts, m)
-        try:
-            self._compile_and_store(plan.todo, m, progress=progress, strict=True)
-        except ChunkError as e:  # name the chunk by its place in the caller's list
-            if e.index is None:
-                raise
-            where = plan.texts.index(plan.todo[e.index][1])
-            raise ChunkError(re.sub(r"^chunk \d+", f"texts[{where}]", str(e)), where) from e
+        first = {t: i for i, t in reversed(list(enumerate(plan.texts)))}  # errors name a text's first place
+        at = [first[t] for _, t in plan.todo]
+        store_jobs(self, text_jobs(self.lm.tokenizer, plan.todo, [f"texts[{i}]" for i in at], at), m,
+                   progress=progress, strict=True)
         return len(plan.todo) + (compile_in_order(self, plan.texts, separator, progress=progress) if in_order else 0)
 
     def cacheable(self, text: str) -> bool:
         """Whether ``text`` is long enough to be a cached chunk (``config.min_chunk_tokens``)."""
         return self.count_tokens(text) >= self.config.min_chunk_tokens
-
-    def _compile_and_store(self, todo: list[tuple[str, str]], method: Method, *,
-                           progress: bool = False, strict: bool = False) -> dict[str, ChunkKV]:
-        return compile_and_store(self.lm, self.store, todo, method, batch_tokens=self.config.batch_tokens,
-                                 progress=progress, strict=strict)
 
     # ----- segments -------------------------------------------------------------------
     def segments(self, text: str, hints: Sequence[str] | None = None,
@@ -198,40 +187,7 @@ class RagPic:
         returns it (default: here, at once; the server's scheduler compiles them in pieces
         between decode steps and encodes them on its model thread).
         """
-        method = self.method_of(method)
-
-        def catalog():
-            found = self._stored_texts_in(text)
-            return found if mine is None else [t for t in found if mine(self.chunk_key(t, method))]
-
-        matches, stats = match_chunks(text, hints, catalog, self.cacheable)
-        if not matches:
-            return [text_segment(self.lm.tokenizer, text)], stats
-        if linker_for(method).every_row:  # the same token sequence the linked methods see, all computed
-            return [text_segment(self.lm.tokenizer, p) for p, _ in split_prompt(text, matches)], stats
-        behind = (entries_behind(self, text, matches, mine)
-                  if self.config.compile_behind and method.recipe == PLAIN else {})
-        keys = {m.text: self.chunk_key(m.text, method) for i, m in enumerate(matches) if i not in behind}
-        wanted = [k for k in dict.fromkeys(keys.values()) if mine is None or mine(k)]
-        kvs = self.store.get_many(wanted, expect=expected_for(self.lm))
-        stats.loaded, stats.behind = len(kvs) + len({k for k, _ in behind.values()}), len(behind)
-        from_store = set(kvs)
-        missing = [(k, t) for t, k in keys.items() if k not in kvs]
-        if missing and self.config.compile_on_miss:
-            if compile_missing is not None:
-                compiled = compile_missing(missing, method)  # already as a read returns them
-            else:
-                compiled = {k: self.store.stored_form(k, kv) for k, kv in self._compile_and_store(missing, method).items()}
-            kvs.update(compiled)
-            stats.compiled = len(compiled)
-        return build_segments(self.lm.tokenizer, text, matches, keys, kvs, from_store, stats, behind), stats
-
-    def _stored_texts_in(self, text: str):
-        """Stored chunk texts to look for in ``text``: the candidates the store's catalog finds
-        by anchor, O(prompt) lookups (docs/ARCHITECTURE.md §2), or its cached texts when the
-        backend cannot answer (its server stalled or is down)."""
-        found = self.store.candidates(text)
-        return found if found is not None else self.store.texts().values()
+        return segments_of(self, text, hints, self.method_of(method), mine, compile_missing)
 
     def close(self) -> None:
         """Close the store: this process's hits, misses and recompiles are added to its shared
@@ -337,14 +293,3 @@ class RagPic:
         finally:  # finished, failed or abandoned: the next request reuses the cache's memory
             req.release()
 
-
-def check_engine(engine: object, owner: str) -> RagPic:
-    """``engine`` if it is a :class:`RagPic`; else a :class:`ConfigError` naming ``owner``'s
-    ``engine`` argument. Framework classes never load a model behind the caller's back."""
-    if isinstance(engine, RagPic):
-        return engine
-    got = "nothing" if engine is None else f"a {type(engine).__name__}"
-    raise ConfigError(
-        f"{owner} needs engine=: a ragpic.RagPic (got {got}). Pass engine=RagPic() for the embedded "
-        f"SmolLM2, or RagPic(Config(model=...)) for yours; share one engine between your LLM objects."
-    )

@@ -29,13 +29,14 @@ from typing import Any, Protocol
 from ragpic.cache import chunk_key
 from ragpic.cache.format.expect import expected_for
 from ragpic.config import MAX_COMPILE_BEHIND as MAX_BEHIND
-from ragpic.core.compile import compile_in_context, document_contexts
+from ragpic.core.compile import document_contexts
 from ragpic.core.kv import ChunkKV
 from ragpic.core.compile_recipe import PLAIN, context_recipe
 from ragpic.core.methods import Method
 from ragpic.core.model import LoadedModel
 from ragpic.core.segments import Match
-from ragpic.errors import ChunkError, ConfigError
+from ragpic.engine.compile_pipeline import ChunkJob, StoreWriter, compile_entries
+from ragpic.errors import ConfigError
 
 __all__ = ["Engine", "check_in_order", "compile_in_order", "context_candidates", "context_ids", "entries_behind"]
 
@@ -116,27 +117,12 @@ def compile_in_order(engine: Engine, texts: Sequence[str], separator: str, *, pr
             if len(ids[i]) >= engine.config.min_chunk_tokens]
     keys = [chunk_key(lm.fingerprint, texts[i], context_recipe(ctx), lm.dtype) for i, ctx in todo]
     stored = engine.store.contains_many(keys, texts=[texts[i] for i, _ in todo])
-    work = list({k: (i, ctx) for k, (i, ctx), have in zip(keys, todo, stored) if not have}.items())
-    if not work:
-        return 0
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(work), desc="compiling chunk KV behind the chunks before", unit="chunk",
-               disable=not progress)
-    try:
-        for lo in range(0, len(work), 16):  # stored 16 at a time: an interrupted ingest keeps what it finished
-            part = work[lo:lo + 16]
-            try:
-                kvs = compile_in_context(lm, [ids[i] for _, (i, _) in part], [ctx for _, (_, ctx) in part],
-                                         batch_tokens=engine.config.batch_tokens, on_progress=bar.update)
-            except ChunkError as e:
-                where = part[e.index or 0][1][0]
-                raise ChunkError(f"texts[{where}] behind the {behind} texts before it: {e}", where) from e
-            engine.store.put_many({k: (kv.to("cpu"), texts[i]) for (k, (i, _)), kv in zip(part, kvs)},
-                                  strict=True)
-    finally:
-        bar.close()
-    return len(work)
+    work = {k: ChunkJob(ids[i], f"texts[{i}] behind the {behind} texts before it", k, texts[i], ctx, i)
+            for k, (i, ctx), have in zip(keys, todo, stored) if not have}
+    # stored 16 at a time: an interrupted ingest keeps what it finished
+    return compile_entries(lm, list(work.values()), batch_tokens=engine.config.batch_tokens,
+                           sink=StoreWriter(engine.store, strict=True), every=16, progress=progress,
+                           desc="compiling chunk KV behind the chunks before")
 
 
 def entries_behind(engine: Engine, prompt: str, matches: Sequence[Match],

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ragpic.core.compile import compile_chunks, compile_in_context, document_contexts
+from ragpic.core.compile import document_contexts
 from ragpic.core.decode import Sampling
 from ragpic.core.kv import ChunkKV
 from ragpic.core.link import linker_for
@@ -23,19 +23,7 @@ from ragpic.core.segments import Segment, chunk_segment, concat_ids, text_segmen
 from ragpic.engine.prefix import PrefixCache
 from ragpic.engine.request import LinkedRequest
 
-__all__ = ["compile_ids", "compile_ids_behind", "document_contexts", "layer_rows", "link_only", "new_pool", "new_prefixes", "prompt_ids", "prompt_segments", "request"]
-
-
-def compile_ids(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], recipe: str) -> list[ChunkKV]:
-    """Each chunk's KV compiled alone with ``recipe`` (``plain``, ``bosN``)."""
-    return compile_chunks(lm, chunk_ids, recipe=recipe)
-
-
-def compile_ids_behind(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]],
-                       contexts: Sequence[Sequence[int]]) -> list[ChunkKV]:
-    """Each chunk's KV compiled behind its context's ids (``ctx<N>-<hash>``; an empty one: ``plain``);
-    a document's contexts: :func:`~ragpic.core.compile.document_contexts`."""
-    return compile_in_context(lm, chunk_ids, contexts)
+__all__ = ["document_contexts", "layer_rows", "link_only", "new_pool", "new_prefixes", "prompt_ids", "prompt_segments", "request"]
 
 
 def prompt_segments(tokenizer, prefix: str, kvs: Sequence[ChunkKV], suffix: str | Sequence[int],

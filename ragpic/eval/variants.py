@@ -15,7 +15,8 @@ from ragpic.core.kv_quant import KVQuant
 from ragpic.core.methods import Method, parse_variant
 from ragpic.core.model import LoadedModel
 from ragpic.errors import ConfigError
-from ragpic.engine.offline import compile_ids, compile_ids_behind, document_contexts, prompt_segments
+from ragpic.engine.compile_pipeline import ChunkJob, compile_entries
+from ragpic.engine.offline import document_contexts, prompt_segments
 
 __all__ = ["DEFAULT_METHODS", "compile_for", "head_ids", "method_of", "normalize_methods", "opening_of",
            "prompt_segments", "store_round_trip", "variant_key"]
@@ -67,14 +68,16 @@ def opening_of(tokenizer, prefix: str, before: str) -> int:
 
 
 def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Sequence[str],
-                memo: dict | None = None, head: Sequence[int] = (), opening: int = 0) -> dict[str, list[ChunkKV]]:
+                memo: dict | None = None, head: Sequence[int] = (), opening: int = 0,
+                batch_tokens: int = 4096) -> dict[str, list[ChunkKV]]:
     """Compiled KV of every chunk, per variant the methods need (:func:`variant_key`). A
     ``@prev<m>`` variant compiles each chunk behind the ``m`` chunks before it in ``chunk_ids``
     (which then hold one document's chunks in order, with nothing between them in the prompt);
     ``@head`` behind ``head``, the ids of the prompt's leading text, first; ``@chat`` behind its
     first ``opening`` ids (its chat opening: :func:`opening_of`).
 
-    ``memo`` reuses identical chunks (behind identical chunks, for ``@prev<m>``).
+    ``memo`` reuses identical chunks (behind identical chunks, for ``@prev<m>``). They are compiled
+    by :func:`~ragpic.engine.compile_pipeline.compile_entries`, batched as ``Config().batch_tokens``.
     """
     out = {}
     exact = {v.key: v for v in (replace(parse_variant(m), quant=KVQuant.NONE) for m in methods)}
@@ -91,9 +94,14 @@ def compile_for(lm: LoadedModel, chunk_ids: Sequence[Sequence[int]], methods: Se
         keys = [(variant, tuple(ctx), tuple(c)) for ctx, c in zip(contexts, chunk_ids)]
         missing = [k for k in dict.fromkeys(keys) if memo is None or k not in memo]
         if missing:
-            todo = [list(k[2]) for k in missing]
-            kvs = (compile_ids_behind(lm, todo, [list(k[1]) for k in missing]) if behind or lead
-                   else compile_ids(lm, todo, v.method.recipe))
+            place = {k: i for i, k in reversed(list(enumerate(keys)))}
+            jobs = [ChunkJob(list(k[2]), f"chunk {place[k]}", context=list(k[1]) if behind or lead else None,
+                             index=place[k]) for k in missing]
+            kvs: list[ChunkKV] = []
+            # the pipeline a store's entries come from, so calibration measures what a store holds
+            # (parse_variant refused a dummy recipe behind a context)
+            compile_entries(lm, jobs, v.method.recipe, batch_tokens=batch_tokens,
+                            sink=lambda _, got: kvs.extend(got))
             found = dict(zip(missing, kvs))
             if memo is not None:
                 memo.update(found)

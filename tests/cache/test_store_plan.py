@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from ragpic.cache.format.entry import encode
-from ragpic.cache.tools.plan import KV_FORMATS, Geometry, entry_overhead, make_plan, parse_hot, parse_size, payload_bytes
+from ragpic.cache.tools.plan import KV_FORMATS, Geometry, entry_overhead, make_plan, payload_bytes
+from ragpic.cache.tools.sizes import parse_hot, parse_size
 from ragpic.cache.tools.zipf import harmonic, lru_hit_rate, top_k_hit_rate, zipf_weights
 
 ROOT = Path(__file__).resolve().parents[2]  # tests/ is on sys.path (tests/conftest.py): tiny, tiny_gguf

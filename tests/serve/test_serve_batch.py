@@ -194,6 +194,7 @@ def test_a_compile_in_pieces_gives_the_kv_of_one_compile(recipe_method):
     from ragpic.core.compile import compile_chunks
     from ragpic.core.methods import parse_method
     from ragpic.cache.store import ChunkStore
+    from ragpic.engine.compile_pipeline import ChunkJob
     from ragpic.engine.compiling import CompileWork, store_pieces
 
     lm = tiny_lm("llama")
@@ -201,7 +202,8 @@ def test_a_compile_in_pieces_gives_the_kv_of_one_compile(recipe_method):
     ids = [lm.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     method = parse_method(recipe_method)
     store = ChunkStore(None, fingerprint=lm.fingerprint)
-    work = CompileWork([(f"k{i}", t, x) for i, (t, x) in enumerate(zip(texts, ids))], method, 16, store)
+    work = CompileWork([ChunkJob(x, f"texts[{i}]", f"k{i}", t) for i, (t, x) in enumerate(zip(texts, ids))],
+                       method, 16, store)
     rows = []
     with torch.inference_mode():
         while work.pieces_left:

@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from ragpic.engine.engine import RagPic, check_engine
+from ragpic.engine.engine import RagPic
+from ragpic.llm.engine_arg import check_engine
 from ragpic.errors import ConfigError
 from ragpic.engine.generation import Generation as RagGeneration
 from ragpic.retriever_hooks.langchain import RetrievalHints

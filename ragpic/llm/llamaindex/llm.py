@@ -36,7 +36,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 
-from ragpic.engine.engine import check_engine
+from ragpic.llm.engine_arg import check_engine
 from ragpic.errors import ConfigError, ContextOverflowError
 from ragpic.llm.llamaindex.responses import athreaded, chat_response, completion_response, stream_responses
 from ragpic.retriever_hooks.llamaindex import hints_for, install_retrieval_hints
