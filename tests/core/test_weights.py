@@ -9,7 +9,7 @@ import torch
 
 from ragpic.core.weights import WeightFormat, parse_weights
 from ragpic.core.weights.gguf_blocks import int4_blocks
-from ragpic.core.weights.linear import (DENSE_FROM, Int4Linear, Int8Linear, pack_int4, quantize_int4, quantize_int8,
+from ragpic.core.weights.linear import (DENSE_FROM, INT4_DENSE_FROM, Int4Linear, Int8Linear, pack_int4, quantize_int4, quantize_int8,
                                         unpack_int4)
 from ragpic.core.weights.resolve import resolve_weights
 from ragpic.errors import ConfigError
@@ -35,8 +35,13 @@ def test_a_quantized_layer_computes_with_its_dequantized_weight(kind):
         y = layer(x)
         assert y.dtype == torch.float32
         torch.testing.assert_close(y, x.bfloat16().float() @ dense.t() + b, rtol=0.02, atol=0.1)
-    x = torch.randn(2, DENSE_FROM + 3, 96)  # the dequantized GEMM, in fp32
+    x = torch.randn(2, layer.dense_from // 2 + 3, 96)  # the dequantized GEMM, in fp32 (int4: from 160 rows)
     torch.testing.assert_close(layer(x), x @ dense.t() + b, rtol=1e-5, atol=1e-4)
+    if kind == "int4":  # below its bound int4 keeps the kernel: its dequantization costs 8x int8's
+        assert layer.dense_from == INT4_DENSE_FROM > DENSE_FROM == Int8Linear.dense_from
+        x = torch.randn(2, DENSE_FROM + 3, 96)
+        torch.testing.assert_close(layer(x), x.bfloat16().float() @ dense.t() + b, rtol=0.02, atol=0.1)
+        assert not torch.allclose(layer(x), x @ dense.t() + b, rtol=1e-5, atol=1e-4)
     bf = (Int8Linear(*quantize_int8(w), b, torch.bfloat16) if kind == "int8"
           else Int4Linear(*quantize_int4(w), b, torch.bfloat16))
     x = torch.randn(1, 96).bfloat16()
@@ -119,7 +124,7 @@ def test_held_dense_weights_give_the_same_bits_and_are_made_once(tmp_path, monke
     assert held.fingerprint == plain.fingerprint and "held for prefill" in held.weights_summary
     layers = [m for m in held.model.modules() if isinstance(m, Int4Linear)]
     assert layers and all(m._held is None for m in layers)
-    ids = torch.arange(3, 3 + DENSE_FROM + 8)[None]
+    ids = torch.arange(3, 3 + INT4_DENSE_FROM + 8)[None] % 200 + 3  # a prefill: the dense GEMM
     calls = []
     for m in layers:
         m.dense_weight = (lambda f: lambda dtype: calls.append(1) or f(dtype))(m.dense_weight)

@@ -4,9 +4,11 @@
 ``aten._weight_int8pack_mm``; :class:`Int4Linear` holds 4-bit codes with a scale and a zero
 point per 32 inputs of each row in the layout of ``aten._weight_int4pack_mm_for_cpu``. Both
 kernels read the weight once per call, so they win where decode is bound by the bytes of
-weights read (a few rows); from :data:`DENSE_FROM` rows on (a link, a prefill, a compile) the
-layer dequantizes its weight to the compute dtype and runs the dense GEMM, which is faster there
-(4864x896 at 256 rows, bf16: 7 ms against 16 ms through the kernel). The kernels are fast with
+weights read (a few rows); from :data:`DENSE_FROM` rows on (:data:`INT4_DENSE_FROM` for int4,
+whose dequantization costs 8x int8's) the layer dequantizes its weight to the compute dtype and
+runs the dense GEMM, which is faster there (4864x896 at 256 rows, bf16: 8.2 ms against 10.1 ms
+through the int4 kernel); a layer holding its dense weight (``hold_dense``) takes the GEMM from
+:data:`DENSE_FROM` rows. The kernels are fast with
 bf16 activations only (fp32 falls to reference loops), so a layer keeps its scales in
 :func:`kernel_dtype` and a layer of an fp32 model runs its few rows through the kernel in bf16 and
 casts the result back: the fp32 model's other work (norms, attention, its link's GEMMs) stays in
@@ -23,10 +25,17 @@ import functools
 import torch
 from torch import nn
 
-__all__ = ["DENSE_FROM", "GROUP", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "hold_dense_weights",
+__all__ = ["DENSE_FROM", "GROUP", "INT4_DENSE_FROM", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "hold_dense_weights",
            "kernel_dtype", "pack_block", "pack_int4", "quantize_int4", "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
+INT4_DENSE_FROM = 160
+"""The same for int4. One 4864x896 layer, bf16, 2 threads, AVX-512 (AVX512_BF16): the kernel
+takes 41 us a row (M = 64: 2.6 ms, M = 160: 6.7 ms), the GEMM 9.5 us a row after a 5.1 ms
+dequantization of the block layout (int8's takes 0.6 ms): even at 160 rows, 7.3 ms. Under AVX2
+emulation the kernel wins at every row count to 1,024 (bf16 GEMMs without AVX512_BF16 are slow),
+so the bound only moves toward where each ISA wants it (``benchmarks/kernel_crossover.py``). A link's first pass (``faithful``: each chunk's first
+4 tokens and the question, ~100 rows) runs under it; its second pass and compiles above it."""
 GROUP = 32  # inputs per int4 scale and zero point: a GGUF Q4 block, the kernel's smallest group
 _BLOCK_N = 64  # int4 layers need whole 64-row blocks: the largest block of any CPU layout below
 
@@ -119,6 +128,7 @@ class _WeightOnly(nn.Module):
     in_features: int
     out_features: int
     hold_dense: bool = False
+    dense_from: int = DENSE_FROM  # without a held dense weight
     _held: torch.Tensor | None = None
 
     def dense_weight(self, dtype: torch.dtype) -> torch.Tensor:
@@ -139,7 +149,7 @@ class _WeightOnly(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] < DENSE_FROM:
+        if flat.shape[0] < (DENSE_FROM if self._held is not None else self.dense_from):
             y = self.kernel(flat)
         else:
             y = nn.functional.linear(flat, self._dense(flat.dtype))
@@ -197,6 +207,8 @@ class Int4Linear(_WeightOnly):
     Buffers: ``packed`` ``(N, K/2)`` uint8 (:func:`pack_int4`), ``scales_zeros``
     ``(K/32, N, 2)`` in :func:`kernel_dtype`, ``bias`` ``(N,)`` or None in the compute dtype.
     """
+
+    dense_from = INT4_DENSE_FROM
 
     def __init__(self, codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bias: torch.Tensor | None,
                  dtype: torch.dtype):
