@@ -191,6 +191,7 @@ def verdicts(res: dict, minutes: float) -> dict:
     early = [r["ttft_s"] for r in recs if r["kind"] == "ok" and r["ttft_s"] and r["t"] - t0 < 300]
     late = [r["ttft_s"] for r in recs if r["kind"] == "ok" and r["ttft_s"] and r["t"] - t0 > minutes * 60 - 300]
     at5 = next((s["rss_mb"] for s in samples if s["t_s"] >= min(300, minutes * 30)), None)
+    half = next((s["rss_mb"] for s in samples if s["t_s"] >= minutes * 30), None)
     stop = next((e["t_s"] for e in res["events"] if e.get("redis") == "stop"), None)
     ok_fail = [r for r in recs if r["kind"] == "ok" and not r.get("done")]
     return {"requests": len(recs), "by_kind": {k: sum(r["kind"] == k for r in recs) for k in ("ok", "drop", "bad")},
@@ -198,6 +199,7 @@ def verdicts(res: dict, minutes: float) -> dict:
             "ok_failed": len(ok_fail), "ok_failed_errors": [r.get("error", "") for r in ok_fail][:5],
             "rss_at_5min_mb": at5, "rss_end_mb": res["final_rss_mb"],
             "rss_growth_after_5min": round(res["final_rss_mb"] / at5 - 1, 4) if at5 else None,
+            "rss_growth_second_half": round(res["final_rss_mb"] / half - 1, 4) if half else None,
             "ttft_p95_first5_s": pct(early, 95), "ttft_p95_last5_s": pct(late, 95),
             "gauges_end": {k: res["final_gauges"].get(k) for k in ("active", "queued", "compiling", "decoding")},
             "redis_stop_t_s": stop}

@@ -326,14 +326,22 @@ def load(rows, answers, setup, url, model, requests, args, method, only=None) ->
             answers[setup] = [r.text for r in res[:args.answers]]
 
 
-def same_answers(answers: dict[str, list[str]]) -> dict[str, float]:
-    """Share of each ragpic set-up's answers (greedy) equal to each llama-server set-up's, prompt by prompt."""
+def same_answers(answers: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+    """Per ragpic set-up and llama-server set-up, prompt by prompt over their greedy answers: the
+    share that are equal (``same``) and the mean share of words the two answers start with in
+    common (``prefix``: where two numerically different engines part ways)."""
     out = {}
     for a, xs in answers.items():
         for b, ys in answers.items():
             if a.startswith("ragpic") and b.startswith("llama-server") and xs and ys:
-                n = min(len(xs), len(ys))
-                out[f"{a} = {b}"] = round(sum(x.strip() == y.strip() for x, y in zip(xs, ys)) / n, 3)
+                pairs = list(zip(xs, ys))
+                prefix = []
+                for x, y in pairs:
+                    wx, wy = x.split(), y.split()
+                    n = next((i for i, (u, v) in enumerate(zip(wx, wy)) if u != v), min(len(wx), len(wy)))
+                    prefix.append(n / max(1, len(wx), len(wy)))
+                out[f"{a} = {b}"] = {"same": round(sum(x.strip() == y.strip() for x, y in pairs) / len(pairs), 3),
+                                     "prefix": round(sum(prefix) / len(prefix), 3)}
     return out
 
 
@@ -361,12 +369,14 @@ def plot(out: dict, path: str) -> None:
     for setup in dict.fromkeys(r["setup"] for r in out["rows"]):
         rows = [r for r in out["rows"] if r["setup"] == setup]
         for ax, key in zip(axes, ("ttft_p95_s", "answer_p95_s")):
-            ax.plot([r["clients"] for r in rows], [r[key] for r in rows], marker="o", label=setup)
+            ax.plot([r["clients"] for r in rows], [r[key] for r in rows], marker="o",
+                    label=setup if setup != "ragpic" else "ragpic (default)")
     answer = f"whole answer (up to {out['args']['max_tokens']} tokens), p95"
     for ax, title in zip(axes, ("time to first token, p95", answer)):
         ax.set(xlabel="concurrent clients (closed loop)", ylabel="seconds", title=title, xscale="log", yscale="log")
         ax.set_xticks(sorted({r["clients"] for r in out["rows"]}), [str(c) for c in sorted({r["clients"] for r in out["rows"]})])
         ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"RAG traffic, {Path(out['model'] or 'model').name}, {out['args']['threads']} threads per server", fontsize=9)
@@ -404,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     print(HEAD, flush=True)
     out = run(args)
     if out["same_answers"]:
-        print("same greedy answers: " + ", ".join(f"{k}: {v:.0%}" for k, v in out["same_answers"].items()))
+        print("greedy answers, equal / words in common from the start: " + ", ".join(
+            f"{k}: {v['same']:.0%} / {v['prefix']:.0%}" for k, v in out["same_answers"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     if args.plot:

@@ -33,8 +33,9 @@ def test_the_workload_is_seeded_zipf_rag_prompts_over_a_corpus_of_at_least_150_c
 
 def test_percentiles_and_the_share_of_equal_answers():
     assert bench.pct([3.0, 1.0, 2.0], 50) == 2.0 and bench.pct([], 95) is None
-    shares = bench.same_answers({"ragpic": ["a", "b "], "ragpic-full": ["a", "c"], "llama-server": ["a", "b"]})
-    assert shares == {"ragpic = llama-server": 1.0, "ragpic-full = llama-server": 0.5}
+    shares = bench.same_answers({"ragpic": ["a b", "b "], "ragpic-full": ["a c d", "c"], "llama-server": ["a b", "b"]})
+    assert shares == {"ragpic = llama-server": {"same": 1.0, "prefix": 1.0},
+                      "ragpic-full = llama-server": {"same": 0.0, "prefix": round((1 / 3 + 0) / 2, 3)}}
 
 
 def test_the_tiny_run_serves_every_request_and_reports_each_load(tmp_path):
