@@ -88,10 +88,8 @@ def compile_batch(engine: "RagPic", texts: Sequence[str], wheres: Sequence[str],
     if not plan.todo:
         return out
     where_of = {t: w for t, w in zip(texts, wheres)}
-    first = {t: i for i, t in reversed(list(enumerate(texts)))}
     t0 = time.perf_counter()  # compile_s counts tokenizing, as the forward passes' input
-    jobs = text_jobs(engine.lm.tokenizer, plan.todo, [where_of[t] for _, t in plan.todo],
-                     [first[t] for _, t in plan.todo])
+    jobs = text_jobs(engine.lm.tokenizer, plan.todo, [wheres[i] for i in plan.todo_at], plan.todo_at)
     writer = StoreWriter(engine.store, strict=True)
     try:
         compile_entries(engine.lm, jobs, method.recipe, batch_tokens=engine.config.batch_tokens, sink=writer,

@@ -38,7 +38,7 @@ class ChunkJob:
 
     Attributes:
         ids: its token ids, tokenized alone (no special tokens added).
-        where: how an error names it (``texts[3]``, ``essay.md#3``, ``a missing chunk``).
+        where: how an error names it (``texts[3]``, ``essay.md#3``, ``a chunk``).
         key: its store key (empty when its KV is not stored: an evaluation's).
         text: its text, catalogued with the entry.
         context: the ids it is compiled behind (recipe ``ctx<N>-<hash>``; empty: ``plain``), or
@@ -61,9 +61,10 @@ Sink = Callable[[Sequence[ChunkJob], list[ChunkKV]], None]
 def text_jobs(tokenizer, todo: Sequence[tuple[str, str]], wheres: Sequence[str] | None = None,
               indices: Sequence[int | None] | None = None) -> list[ChunkJob]:
     """``(key, text)`` pairs as jobs, each text tokenized alone; ``wheres[i]`` names pair ``i``
-    in errors (default: the start of its text), ``indices[i]`` is the index its error carries."""
+    in errors (default ``a chunk``: the error quotes its text's start anyway), ``indices[i]`` is the
+    index its error carries."""
     return [ChunkJob(tokenizer(text, add_special_tokens=False)["input_ids"],
-                     wheres[i] if wheres is not None else f"chunk {text[:40]!r}", key, text,
+                     wheres[i] if wheres is not None else "a chunk", key, text,
                      index=indices[i] if indices is not None else i)
             for i, (key, text) in enumerate(todo)]
 
@@ -114,7 +115,10 @@ def compile_entries(lm: LoadedModel, jobs: Sequence[ChunkJob], recipe: str = PLA
                 job = group[e.index or 0]
                 text = f" [text starts {job.text[:60]!r}]" if job.text else ""
                 said = str(e)  # the core names the chunk by its place in the group: name it the caller's way
-                said = re.sub(r"^chunk \d+", job.where, said) if re.match(r"chunk \d+", said) else f"{job.where}: {said}"
+                if re.match(r"chunk \d+", said):
+                    said = re.sub(r"^chunk \d+", job.where, said)
+                else:
+                    said = f"{job.where}: {said}"
                 raise ChunkError(said + text, lo + (e.index or 0) if job.index is None else job.index) from e
             sink(group, kvs)
     finally:

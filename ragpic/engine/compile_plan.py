@@ -47,6 +47,7 @@ class CompilePlan:
         tokens: the token count of each.
         stored: whether each was stored before this compile.
         todo: ``(key, text)`` of every distinct text to compile now, in first-seen order.
+        todo_at: the place in ``texts`` of each ``todo`` text's first occurrence (how errors name it).
         skipped: indices of texts too short to cache (never compiled; empty when refused).
     """
 
@@ -55,6 +56,7 @@ class CompilePlan:
     tokens: list[int] = field(default_factory=list)
     stored: list[bool] = field(default_factory=list)
     todo: list[tuple[str, str]] = field(default_factory=list)
+    todo_at: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
 
 
@@ -93,4 +95,6 @@ def plan_compile(engine: Compiler, texts: Sequence[str], method: Method, *, refu
     stored = dict(zip(keep, found))                                            # uncatalogued chunks
     plan.stored = [stored.get(t, False) for t in plan.texts]
     plan.todo = [(key_of[t], t) for t in keep if not stored[t]]
+    first = {t: i for i, t in reversed(list(enumerate(plan.texts)))}
+    plan.todo_at = [first[t] for _, t in plan.todo]
     return plan

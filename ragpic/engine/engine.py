@@ -162,8 +162,7 @@ class RagPic:
         if in_order:
             check_in_order(self, m, separator)
         plan = plan_compile(self, texts, m)
-        first = {t: i for i, t in reversed(list(enumerate(plan.texts)))}  # errors name a text's first place
-        at = [first[t] for _, t in plan.todo]
+        at = plan.todo_at  # errors name a text by its first place in the caller's list
         store_jobs(self, text_jobs(self.lm.tokenizer, plan.todo, [f"texts[{i}]" for i in at], at), m,
                    progress=progress, strict=True)
         return len(plan.todo) + (compile_in_order(self, plan.texts, separator, progress=progress) if in_order else 0)

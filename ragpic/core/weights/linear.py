@@ -25,8 +25,8 @@ import functools
 import torch
 from torch import nn
 
-__all__ = ["DENSE_FROM", "GROUP", "INT4_DENSE_FROM", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear", "hold_dense_weights",
-           "kernel_dtype", "pack_block", "pack_int4", "quantize_int4", "quantize_int8", "unpack_int4"]
+__all__ = ["DENSE_FROM", "GROUP", "INT4_DENSE_FROM", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear",
+           "hold_dense_weights", "kernel_dtype", "pack_block", "pack_int4", "quantize_int4", "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
 INT4_DENSE_FROM = 160
@@ -34,8 +34,9 @@ INT4_DENSE_FROM = 160
 takes 41 us a row (M = 64: 2.6 ms, M = 160: 6.7 ms), the GEMM 9.5 us a row after a 5.1 ms
 dequantization of the block layout (int8's takes 0.6 ms): even at 160 rows, 7.3 ms. Under AVX2
 emulation the kernel wins at every row count to 1,024 (bf16 GEMMs without AVX512_BF16 are slow),
-so the bound only moves toward where each ISA wants it (``benchmarks/kernel_crossover.py``). A link's first pass (``faithful``: each chunk's first
-4 tokens and the question, ~100 rows) runs under it; its second pass and compiles above it."""
+so the bound only moves toward where each ISA wants it (``benchmarks/kernel_crossover.py``). A
+link's first pass (``faithful``: each chunk's first 4 tokens and the question, ~100 rows) runs
+under it; its second pass and compiles above it."""
 GROUP = 32  # inputs per int4 scale and zero point: a GGUF Q4 block, the kernel's smallest group
 _BLOCK_N = 64  # int4 layers need whole 64-row blocks: the largest block of any CPU layout below
 
