@@ -39,6 +39,8 @@ class Config:
             made, so links and prefills skip the dequantization: ~1.2 s a pass on the 1.5B,
             for the dense weights' memory (~2 bytes a weight in bf16); decode still reads the
             quantized weights, and the fingerprint does not change (docs/RESULTS.md §24).
+            ``"auto"`` (the default) holds them when they fit a quarter of the machine's memory
+            (the 0.5B's 0.9 GB, the 1.5B's 2.6 GB; not a 7B's 13 GB on 24 GB).
         method: how chunks are linked (docs: *Choosing a method*): ``"auto"`` (the default: the
             fastest preset that keeps ``fidelity`` of ``full``'s score on this model, from the
             calibration shipped for the models ragpic installs or your own ``ragpic calibrate``;
@@ -102,7 +104,7 @@ class Config:
     device: str = "auto"
     dtype: str | None = None
     weights: str | WeightFormat = "auto"
-    hold_dense: bool = False
+    hold_dense: bool | str = "auto"
     method: str | Method = "auto"
     fidelity: float = 0.97
     store: str | None = None
@@ -125,9 +127,10 @@ class Config:
         parse_method(self.method)  # raises with the list of valid methods; kept as given (a name or a Method)
         self.kv_quant = parse_kv_quant(self.kv_quant)  # parsed here; a KVQuant below
         self.weights = parse_weights(self.weights)
-        for name in ("hold_dense", "compile_on_miss"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.hold_dense is not True and self.hold_dense is not False and self.hold_dense != "auto":
+            raise ConfigError(f"hold_dense must be True, False or 'auto', got {self.hold_dense!r}")
+        if not isinstance(self.compile_on_miss, bool):
+            raise ConfigError(f"compile_on_miss must be True or False, got {self.compile_on_miss!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float32, bfloat16, float16, auto or None, got {self.dtype!r}")
         for name in ("max_new_tokens", "batch_tokens", "min_chunk_tokens"):

@@ -74,9 +74,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto",
                    help="weight format (default auto: a .gguf keeps its own 4-bit blocks, the rest int4, in bf16, "
                         "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")
-    p.add_argument("--hold-dense", action="store_true",
-                   help="under quantized weights, keep each layer's dequantized weight once made: links skip "
-                        "the dequantization (~1.2 s each on a 1.5B), for the dense weights' memory")
+    p.add_argument("--hold-dense", action=argparse.BooleanOptionalAction, default="auto",
+                   help="under quantized weights, keep each layer's dequantized weight once made, so links "
+                        "skip the dequantization (~1.2 s a pass on a 1.5B); default: when the copies fit a "
+                        "quarter of this machine's memory")
     p.add_argument("--compile-behind", type=at_least(0), default=0, metavar="M",
                    help="link a chunk's entry compiled behind the (up to M) chunks before it where a prompt holds "
                         "them in that order, as `ragpic compile --compile-behind M` or RagPic.compile(texts, "

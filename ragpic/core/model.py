@@ -189,7 +189,7 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     banded_attention: bool = True,
     weights: str | WeightFormat = "auto",
-    hold_dense: bool = False,
+    hold_dense: bool | str = "auto",
 ) -> LoadedModel:
     """Load a local (or already-downloaded) HF causal LM, or the embedded default.
 
@@ -208,7 +208,9 @@ def load_model(
         hold_dense: under a quantized format, keep each layer's dense weight once a link or
             prefill has made it (:func:`~ragpic.core.weights.linear.hold_dense_weights`): every
             later pass skips the dequantization, for the dense weights' memory; decode still
-            reads the quantized weights. No effect on dense weights or on the fingerprint.
+            reads the quantized weights. ``"auto"`` (the default): when the copies fit a quarter
+            of the machine's memory (:func:`~ragpic.core.weights.resolve.resolve_hold_dense`).
+            No effect on dense weights or on the fingerprint.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -240,11 +242,15 @@ def load_model(
             from ragpic.core.weights.apply import quantize_model
 
             summary = quantize_model(model, fmt).summary()
-    if hold_dense and fmt.quantized:
-        from ragpic.core.weights.linear import hold_dense_weights
+    if fmt.quantized:
+        from ragpic.core.weights.linear import dense_bytes, hold_dense_weights
+        from ragpic.core.weights.resolve import resolve_hold_dense
 
-        held = hold_dense_weights(model, True)
-        summary = f"{summary}; " * bool(summary) + f"dense copies of {held} layers held for prefill"
+        hold, why_hold = resolve_hold_dense(hold_dense, quantized=True, dense_bytes=dense_bytes(model, dtype))
+        if hold:
+            held = hold_dense_weights(model, True)
+            summary = f"{summary}; " * bool(summary) + f"dense copies of {held} layers held for prefill"
+        why = "; ".join(w for w in (why, why_hold) if w)
     if why:  # what auto chose and why, before what loading did
         summary = f"auto: {why}" + f"; {summary}" * bool(summary)
     source_file = gguf_file if gguf_file is not None else default_gguf() if name == DEFAULT_MODEL else None

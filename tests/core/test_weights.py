@@ -119,21 +119,24 @@ def test_held_dense_weights_give_the_same_bits_and_are_made_once(tmp_path, monke
     monkeypatch.setenv("RAGPIC_HOME", str(tmp_path / "home"))
     path = tmp_path / "tiny-Q4_0.gguf"
     write_tiny_gguf(path, "qwen2", quant="Q4_0", num_key_value_heads=4)
-    plain = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf")
+    plain = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf", hold_dense=False)
     held = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf", hold_dense=True)
     assert held.fingerprint == plain.fingerprint and "held for prefill" in held.weights_summary
+    assert "held" not in plain.weights_summary
     layers = [m for m in held.model.modules() if isinstance(m, Int4Linear)]
     assert layers and all(m._held is None for m in layers)
-    ids = torch.arange(3, 3 + INT4_DENSE_FROM + 8)[None] % 200 + 3  # a prefill: the dense GEMM
+    ids = torch.arange(3, 3 + INT4_DENSE_FROM + 8)[None] % 200 + 3  # a prefill: the dense GEMM for both
+    mid = ids[:, :DENSE_FROM + 8]  # held: the dense GEMM from 32 rows, int4 too; plain: the kernel
     calls = []
     for m in layers:
         m.dense_weight = (lambda f: lambda dtype: calls.append(1) or f(dtype))(m.dense_weight)
     with torch.no_grad():
-        first = held.model(ids).logits
+        first = held.model(mid).logits
         made = len(calls)
-        again = held.model(ids).logits
-        assert made == len(layers) and len(calls) == made  # made at the first prefill, never again
-        assert torch.equal(first, again) and torch.equal(first, plain.model(ids).logits)
+        assert made == len(layers) and torch.equal(first, held.model(mid).logits)  # made once, reused
+        assert torch.equal(held.model(ids).logits, plain.model(ids).logits) and len(calls) == made
+        want = plain.model(mid).logits
+        assert (first.float() - want.float()).norm() / want.float().norm() < 0.02  # GEMM against kernel: rounding
         torch.testing.assert_close(held.model(ids[:, :5]).logits, plain.model(ids[:, :5]).logits, rtol=0, atol=0)
     assert len(calls) == made  # a few rows: the kernel, not the dense copy
     assert all(m._held is not None and m._held.dtype == torch.bfloat16 for m in layers)
@@ -169,5 +172,36 @@ def test_config_takes_a_weight_format_and_names_the_argument_when_wrong():
     assert Config(weights="int4").weights is WeightFormat.INT4 and Config().weights is WeightFormat.AUTO
     with pytest.raises(ConfigError, match="weights must be one of"):
         Config(weights="q4")
-    with pytest.raises(ConfigError, match="hold_dense must be True or False"):
+    with pytest.raises(ConfigError, match="hold_dense must be True, False or 'auto'"):
         Config(hold_dense="yes")
+    assert Config().hold_dense == "auto"
+
+
+def test_auto_holds_dense_copies_that_fit_a_quarter_of_memory(tmp_path, monkeypatch):
+    """hold_dense='auto' holds a quantized model's dense copies when they fit a quarter of the
+    machine's memory, says so, and never holds anything for dense weights."""
+    from ragpic.core.model import load_model
+    from ragpic.core.weights.linear import Int4Linear, dense_bytes
+    from ragpic.core.weights.resolve import HOLD_DENSE_SHARE, resolve_hold_dense
+
+    gb = 2**30
+    hold, why = resolve_hold_dense("auto", quantized=True, dense_bytes=int(0.7 * gb), memory_bytes=24 * gb)
+    assert hold and "0.7 GB, within 25% of 24 GB" in why
+    hold, why = resolve_hold_dense("auto", quantized=True, dense_bytes=13 * gb, memory_bytes=24 * gb)
+    assert not hold and "hold_dense=True forces them" in why
+    assert resolve_hold_dense("auto", quantized=False, dense_bytes=gb, memory_bytes=24 * gb) == (False, "")
+    assert resolve_hold_dense(True, quantized=True, dense_bytes=13 * gb, memory_bytes=gb) == (True, "")
+    assert resolve_hold_dense(True, quantized=False, dense_bytes=gb) == (False, "")
+    assert HOLD_DENSE_SHARE == 0.25
+    with pytest.raises(ConfigError, match="hold_dense must be True, False or 'auto', got 'on'"):
+        resolve_hold_dense("on", quantized=True, dense_bytes=gb)
+
+    monkeypatch.setenv("RAGPIC_HOME", str(tmp_path / "home"))
+    path = tmp_path / "tiny-Q4_0.gguf"
+    write_tiny_gguf(path, "qwen2", quant="Q4_0", num_key_value_heads=4)
+    lm = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf")  # a tiny model fits any machine
+    layers = [m for m in lm.model.modules() if isinstance(m, Int4Linear)]
+    assert layers and all(m.hold_dense for m in layers)
+    assert "dense copies held" in lm.weights_summary and "held for prefill" in lm.weights_summary
+    linears = [m for m in lm.model.modules() if isinstance(m, (Int4Linear, Int8Linear))]
+    assert dense_bytes(lm.model, torch.bfloat16) == sum(m.out_features * m.in_features * 2 for m in linears)

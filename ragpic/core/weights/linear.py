@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 __all__ = ["DENSE_FROM", "GROUP", "INT4_DENSE_FROM", "Int4Embedding", "Int4Linear", "Int8Embedding", "Int8Linear",
-           "hold_dense_weights", "kernel_dtype", "pack_block", "pack_int4", "quantize_int4", "quantize_int8", "unpack_int4"]
+           "dense_bytes", "hold_dense_weights", "kernel_dtype", "pack_block", "pack_int4", "quantize_int4",
+           "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
 INT4_DENSE_FROM = 160
@@ -150,7 +151,9 @@ class _WeightOnly(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] < (DENSE_FROM if self._held is not None else self.dense_from):
+        # a layer that holds (or is to hold) its dense weight pays no dequantization after the
+        # first time, so the GEMM wins from DENSE_FROM rows, int4 too
+        if flat.shape[0] < (DENSE_FROM if self.hold_dense or self._held is not None else self.dense_from):
             y = self.kernel(flat)
         else:
             y = nn.functional.linear(flat, self._dense(flat.dtype))
@@ -174,6 +177,12 @@ def hold_dense_weights(model: nn.Module, hold: bool) -> int:
         if not hold:
             m._held = None
     return len(layers)
+
+
+def dense_bytes(model: nn.Module, dtype: torch.dtype) -> int:
+    """Bytes the dense copies of ``model``'s weight-only linears take in ``dtype`` (what holding them costs)."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return sum(m.out_features * m.in_features * size for m in model.modules() if isinstance(m, _WeightOnly))
 
 
 class Int8Linear(_WeightOnly):
