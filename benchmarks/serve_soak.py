@@ -57,6 +57,13 @@ def counter(text: str, name: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(rf"^ragpic_{name}_total(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
+def bounded_mb(text: str) -> float:
+    """MB in the server's bounded memories (the store's hot tier and the idle cache slabs, from
+    ``/metrics``): what a growing RSS holds before anything can be called a leak."""
+    found = re.findall(r"^ragpic_(?:store_memory_bytes|cache_pool_idle_bytes) (\S+)$", text, re.M)
+    return round(sum(float(v) for v in found) / 2**20, 1)
+
+
 class Redis:
     def __init__(self, tmp: Path):
         self.port, self.tmp, self.p = free_port(), tmp, None
@@ -140,6 +147,7 @@ async def soak(args, server: Server, redis: Redis, chunks: list[str], first: int
                 samples.append({"t_s": round(time.perf_counter() - t_start, 1), "rss_mb": round(rss_mb(server.p.pid), 1),
                                 "active": health.get("active"), "queued": health.get("queued"),
                                 "compiling": health.get("compiling"), "in_flight": len(tasks),
+                                "bounded_mb": bounded_mb(text),
                                 "hit_rate": round(dh / (dh + dm), 3) if dh + dm else None, "ttft_p95_s": pct(window, 95)})
                 print(f"[soak] {samples[-1]}", file=sys.stderr, flush=True)
 
@@ -181,8 +189,10 @@ async def soak(args, server: Server, redis: Redis, chunks: list[str], first: int
             t.cancel()
         await asyncio.sleep(2)  # a dropped stream's request ends at its next step
         final = (await client.get(server.url + "/health", timeout=10)).json()
+        final_bounded = bounded_mb((await client.get(server.url + "/metrics", timeout=10)).text)
     return {"records": records, "samples": samples, "events": events, "final_gauges": final,
-            "final_rss_mb": round(rss_mb(server.p.pid), 1), "wall_s": round(time.perf_counter() - t_start, 1)}
+            "final_rss_mb": round(rss_mb(server.p.pid), 1), "final_bounded_mb": final_bounded,
+            "wall_s": round(time.perf_counter() - t_start, 1)}
 
 
 def verdicts(res: dict, minutes: float) -> dict:
@@ -190,7 +200,11 @@ def verdicts(res: dict, minutes: float) -> dict:
     t0 = min((r["t"] for r in recs), default=0)
     early = [r["ttft_s"] for r in recs if r["kind"] == "ok" and r["ttft_s"] and r["t"] - t0 < 300]
     late = [r["ttft_s"] for r in recs if r["kind"] == "ok" and r["ttft_s"] and r["t"] - t0 > minutes * 60 - 300]
-    at5 = next((s["rss_mb"] for s in samples if s["t_s"] >= min(300, minutes * 30)), None)
+    at5_sample = next((s for s in samples if s["t_s"] >= min(300, minutes * 30)), None)
+    at5 = at5_sample["rss_mb"] if at5_sample else None
+    # what the bounded memories (hot tier, idle slabs) took on after 5 minutes: RSS growth
+    # beyond it is what no bound explains
+    caches = res.get("final_bounded_mb", 0.0) - (at5_sample or {}).get("bounded_mb", 0.0)
     half = next((s["rss_mb"] for s in samples if s["t_s"] >= minutes * 30), None)
     stop = next((e["t_s"] for e in res["events"] if e.get("redis") == "stop"), None)
     ok_fail = [r for r in recs if r["kind"] == "ok" and not r.get("done")]
@@ -200,6 +214,8 @@ def verdicts(res: dict, minutes: float) -> dict:
             "rss_at_5min_mb": at5, "rss_end_mb": res["final_rss_mb"],
             "rss_growth_after_5min": round(res["final_rss_mb"] / at5 - 1, 4) if at5 else None,
             "rss_growth_second_half": round(res["final_rss_mb"] / half - 1, 4) if half else None,
+            "bounded_caches_growth_after_5min_mb": round(caches, 1),
+            "rss_growth_after_5min_beyond_caches": round((res["final_rss_mb"] - caches) / at5 - 1, 4) if at5 else None,
             "ttft_p95_first5_s": pct(early, 95), "ttft_p95_last5_s": pct(late, 95),
             "gauges_end": {k: res["final_gauges"].get(k) for k in ("active", "queued", "compiling", "decoding")},
             "redis_stop_t_s": stop}

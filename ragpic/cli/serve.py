@@ -88,6 +88,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--prefix-cache-tokens", type=at_least(0), default=rows, metavar="N",
                    help="rows of leading prompt text (template, system prompt) whose exact KV is kept for the "
                         f"next request of the same namespace that starts with it (default {rows}; 0: off)")
+    p.add_argument("--memory-cache-mb", type=at_least(0), default=512, metavar="MB",
+                   help="decoded KV held in memory in front of the store (default 512; its bytes are the "
+                        "ragpic_store_memory_bytes gauge)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run, check=check)
     return p
@@ -170,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     engine = RagPic(Config(model=args.model, store=args.store or default_store(), method=args.method,
                            device=args.device, dtype=args.dtype, weights=args.weights,
                            hold_dense=args.hold_dense, prefix_cache_tokens=args.prefix_cache_tokens,
+                           memory_cache_mb=args.memory_cache_mb,
                            compile_behind=args.compile_behind,
                            **({} if args.compile_head is None else {"compile_head": args.compile_head})))
     settings = ServeSettings(model_id=args.model_id or engine.lm.name, api_keys=args.keys,

@@ -74,6 +74,11 @@ _GAUGES = {"queue_depth": ("queued", "requests waiting beyond the batch (bounded
 def _gauges(metrics: Metrics, sched: Scheduler) -> None:
     for name, (key, doc) in _GAUGES.items():
         metrics.gauges[name] = (doc, lambda key=key: sched.gauges()[key])
+    # the bounded memories a server fills as it runs, so a growing RSS can be told from a leak
+    metrics.gauges["store_memory_bytes"] = ("bytes of decoded KV held in front of the store (at most --memory-cache-mb)",
+                                            lambda: sched.engine.store.memory_bytes)
+    metrics.gauges["cache_pool_idle_bytes"] = ("bytes of idle linked-cache slabs kept for the next requests",
+                                               lambda: sched.pool.idle_bytes)
 
 
 class Guard:

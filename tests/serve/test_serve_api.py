@@ -66,6 +66,25 @@ def test_models_health_and_metrics(client):
         assert name in text
 
 
+def test_memory_gauges_show_what_the_hot_tier_and_the_pool_hold(client, engine):
+    """The two bounded memories a server fills (so a soak can tell a growing RSS from a leak):
+    the hot tier's bytes grow by each compiled entry's decoded KV, and after a request its
+    cache's slabs wait idle in the pool."""
+    def gauge(name: str) -> float:
+        line = next(l for l in client.get("/metrics").text.splitlines() if l.startswith(name + " "))
+        return float(line.split()[1])
+
+    before = gauge("ragpic_store_memory_bytes")
+    assert client.post("/v1/context_cache", json={"texts": SENTENCES[2:4]}).status_code == 200
+    after = gauge("ragpic_store_memory_bytes")
+    lm = engine.lm
+    tokens = sum(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in SENTENCES[2:4])
+    per_token = lm.num_layers * 2 * lm.num_kv_heads * lm.head_dim  # K and V, at least a byte each
+    assert after - before >= tokens * per_token > 0
+    assert client.post("/v1/chat/completions", json=chat_body("what?", 2)).status_code == 200
+    assert gauge("ragpic_cache_pool_idle_bytes") > 0
+
+
 def test_context_cache_round_trip_and_cached_tokens(client, engine):
     r = client.post("/v1/context_cache", json={"texts": SENTENCES[:2]})
     assert r.status_code == 200, r.text

@@ -227,6 +227,11 @@ class ChunkStore:
         if backend is not None and backend.writable:
             self._counts.flush(lambda delta: self._call("write", backend.add_counters, delta)[0])
 
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the hot tier holds now (at most its budget, ``memory_cache_mb``)."""
+        return self._hot.nbytes
+
     def clear_memory(self) -> None:
         """Drop the hot tier (the backend keeps its entries; a memory-only store forgets them)."""
         self._hot.clear()

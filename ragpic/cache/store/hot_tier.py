@@ -58,6 +58,11 @@ class HotTier:
         """A corrupt entry the backend could not delete: answered as a miss, never read."""
         return key in self._bad
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the tier holds (decoded KV, ids and texts; at most its budget)."""
+        return self._lru.nbytes
+
     def texts(self) -> dict[str, str]:
         """``key -> text`` of the entries in memory."""
         return {k: t for k, (_, t, _) in self._lru.items()}
