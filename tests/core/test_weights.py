@@ -35,7 +35,7 @@ def test_a_quantized_layer_computes_with_its_dequantized_weight(kind):
         y = layer(x)
         assert y.dtype == torch.float32
         torch.testing.assert_close(y, x.bfloat16().float() @ dense.t() + b, rtol=0.02, atol=0.1)
-    x = torch.randn(2, layer.dense_from // 2 + 3, 96)  # the dequantized GEMM, in fp32 (int4: from 160 rows)
+    x = torch.randn(2, layer.dense_from // 2 + 3, 96)  # the dequantized GEMM, in fp32 (int4: from INT4_DENSE_FROM rows)
     torch.testing.assert_close(layer(x), x @ dense.t() + b, rtol=1e-5, atol=1e-4)
     if kind == "int4":  # below its bound int4 keeps the kernel: its dequantization costs 8x int8's
         assert layer.dense_from == INT4_DENSE_FROM > DENSE_FROM == Int8Linear.dense_from
@@ -174,7 +174,7 @@ def test_config_takes_a_weight_format_and_names_the_argument_when_wrong():
         Config(weights="q4")
     with pytest.raises(ConfigError, match="hold_dense must be True, False or 'auto'"):
         Config(hold_dense="yes")
-    assert Config().hold_dense == "auto"
+    assert Config().hold_dense is False  # the library stays near its file's memory; serve runs "auto"
 
 
 def test_auto_holds_dense_copies_that_fit_a_quarter_of_memory(tmp_path, monkeypatch):
@@ -199,9 +199,11 @@ def test_auto_holds_dense_copies_that_fit_a_quarter_of_memory(tmp_path, monkeypa
     monkeypatch.setenv("RAGPIC_HOME", str(tmp_path / "home"))
     path = tmp_path / "tiny-Q4_0.gguf"
     write_tiny_gguf(path, "qwen2", quant="Q4_0", num_key_value_heads=4)
-    lm = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf")  # a tiny model fits any machine
+    lm = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf", hold_dense="auto")  # fits any machine
     layers = [m for m in lm.model.modules() if isinstance(m, Int4Linear)]
     assert layers and all(m.hold_dense for m in layers)
+    default = load_model(str(path), device="cpu", dtype="bfloat16", weights="gguf")
+    assert not any(m.hold_dense for m in default.model.modules() if isinstance(m, Int4Linear))
     assert "dense copies held" in lm.weights_summary and "held for prefill" in lm.weights_summary
     linears = [m for m in lm.model.modules() if isinstance(m, (Int4Linear, Int8Linear))]
     assert dense_bytes(lm.model, torch.bfloat16) == sum(m.out_features * m.in_features * 2 for m in linears)

@@ -6,7 +6,7 @@ point per 32 inputs of each row in the layout of ``aten._weight_int4pack_mm_for_
 kernels read the weight once per call, so they win where decode is bound by the bytes of
 weights read (a few rows); from :data:`DENSE_FROM` rows on (:data:`INT4_DENSE_FROM` for int4,
 whose dequantization costs 8x int8's) the layer dequantizes its weight to the compute dtype and
-runs the dense GEMM, which is faster there (4864x896 at 256 rows, bf16: 8.2 ms against 10.1 ms
+runs the dense GEMM, which is faster there (4864x896 at 256 rows, bf16: 6.2 ms against 9.7 ms
 through the int4 kernel); a layer holding its dense weight (``hold_dense``) takes the GEMM from
 :data:`DENSE_FROM` rows. The kernels are fast with
 bf16 activations only (fp32 falls to reference loops), so a layer keeps its scales in
@@ -30,10 +30,10 @@ __all__ = ["DENSE_FROM", "GROUP", "INT4_DENSE_FROM", "Int4Embedding", "Int4Linea
            "quantize_int8", "unpack_int4"]
 
 DENSE_FROM = 32  # rows per call from which a dequantized dense GEMM beats the weight-only kernel
-INT4_DENSE_FROM = 160
+INT4_DENSE_FROM = 128
 """The same for int4. One 4864x896 layer, bf16, 2 threads, AVX-512 (AVX512_BF16): the kernel
-takes 41 us a row (M = 64: 2.6 ms, M = 160: 6.7 ms), the GEMM 9.5 us a row after a 5.1 ms
-dequantization of the block layout (int8's takes 0.6 ms): even at 160 rows, 7.3 ms. Under AVX2
+takes ~38 us a row (M = 96: 2.9-3.8 ms, M = 144: 5.9 ms), the GEMM ~12 us a row after a 2.7-2.9
+ms dequantization of the block layout (int8's takes 0.6 ms): dense wins from ~125 rows. Under AVX2
 emulation the kernel wins at every row count to 1,024 (bf16 GEMMs without AVX512_BF16 are slow),
 so the bound only moves toward where each ISA wants it (``benchmarks/kernel_crossover.py``). A
 link's first pass (``faithful``: each chunk's first 4 tokens and the question, ~100 rows) runs
@@ -82,16 +82,16 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
 
 
 def _unpack(packed: torch.Tensor, block: int) -> torch.Tensor:
-    n, half = packed.shape
-    return torch.cat(_nibbles(packed, block), dim=1).reshape(n, 2 * half)
+    rows = _row_bytes(packed, block)
+    return torch.cat((rows & 15, rows >> 4), dim=1).reshape(packed.shape[0], 2 * packed.shape[1])
 
 
-def _nibbles(packed: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The codes of each block's first and second ``block / 2`` rows of ``packed`` ``(N, K/2)``:
-    two ``(N/block, block/2, K)`` uint8 transposed views (the layout :func:`unpack_int4` describes)."""
+def _row_bytes(packed: torch.Tensor, block: int) -> torch.Tensor:
+    """``packed`` ``(N, K/2)`` in row order: ``(N/block, block/2, K)`` uint8, contiguous, byte
+    ``(j, i, k)`` holding rows ``i`` (low nibble) and ``i + block/2`` (high) of block ``j`` (the
+    layout :func:`unpack_int4` describes): one transposing copy, so later passes are contiguous."""
     n, half = packed.shape
-    blocks = packed.reshape(n // block, 2 * half, block // 2)  # byte (k, i) of a block: rows i and i + block/2
-    return (blocks & 15).transpose(1, 2), (blocks >> 4).transpose(1, 2)
+    return packed.reshape(n // block, 2 * half, block // 2).transpose(1, 2).contiguous()
 
 
 @functools.cache
@@ -237,18 +237,18 @@ class Int4Linear(_WeightOnly):
         """``(N, K)`` dequantized weight, bit for bit ``(unpack_int4(packed) - 8) * scale + zero``
         computed in ``dtype``.
 
-        Every forward of :data:`DENSE_FROM` rows or more pays this once per layer, so on a link
-        it is most of the fixed cost (docs/RESULTS.md §23): the codes go from the kernel's block
-        layout to ``(N, K)`` in one casting copy per nibble, as ``q - 8`` in int8 (exact), and the
-        group's scale and zero point are broadcast in place instead of repeated to ``(N, K)``.
+        Every forward of :attr:`dense_from` rows or more pays this once per layer (docs/RESULTS.md
+        §23): one transposing copy puts the packed bytes in row order (the only strided pass), each
+        nibble is cast into ``(N, K)`` contiguously as ``q - 8`` in int8 (exact), and the groups'
+        scales and zeros are broadcast in place: 1.8 ms for a 4864x896 bf16 layer on 2 threads.
         """
         b = pack_block()
         n, half = self.packed.shape
         k = 2 * half
-        low, high = _nibbles(self.packed, b)
+        rows = _row_bytes(self.packed, b)
         w = torch.empty(n // b, b, k, dtype=dtype, device=self.packed.device)
-        w[:, : b // 2].copy_(low.view(torch.int8) - 8)
-        w[:, b // 2:].copy_(high.view(torch.int8) - 8)
+        w[:, : b // 2].copy_((rows & 15).view(torch.int8) - 8)
+        w[:, b // 2:].copy_((rows >> 4).view(torch.int8) - 8)
         sz = self.scales_zeros.to(dtype)
         groups = w.view(n, k // GROUP, GROUP)
         groups.mul_(sz[..., 0].t().unsqueeze(-1)).add_(sz[..., 1].t().unsqueeze(-1))
