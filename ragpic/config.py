@@ -39,8 +39,10 @@ class Config:
             made, so links and prefills skip the dequantization: ~1.2 s a pass on the 1.5B,
             for the dense weights' memory (~2 bytes a weight in bf16); decode still reads the
             quantized weights, and the fingerprint does not change (docs/RESULTS.md §24).
-            ``"auto"`` (the default) holds them when they fit a quarter of the machine's memory
-            (the 0.5B's 0.9 GB, the 1.5B's 2.6 GB; not a 7B's 13 GB on 24 GB).
+            Off by default, so an in-process model's memory stays near its file's (the 0.5B:
+            1.6 GB peak, 2.3 GB held); ``"auto"`` (what ``ragpic serve`` runs, as a server owns its
+            machine) holds them when they fit a quarter of the machine's memory (the 0.5B's
+            0.9 GB, the 1.5B's 2.6 GB; not a 7B's 13 GB on 24 GB).
         method: how chunks are linked (docs: *Choosing a method*): ``"auto"`` (the default: the
             fastest preset that keeps ``fidelity`` of ``full``'s score on this model, from the
             calibration shipped for the models ragpic installs or your own ``ragpic calibrate``;
@@ -104,7 +106,7 @@ class Config:
     device: str = "auto"
     dtype: str | None = None
     weights: str | WeightFormat = "auto"
-    hold_dense: bool | str = "auto"
+    hold_dense: bool | str = False
     method: str | Method = "auto"
     fidelity: float = 0.97
     store: str | None = None

@@ -59,10 +59,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", choices=WEIGHT_NAMES, default="auto",
                    help="weight format (default auto: a .gguf keeps its own 4-bit blocks, the rest int4, in bf16, "
                         "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")
-    p.add_argument("--hold-dense", action=argparse.BooleanOptionalAction, default="auto",
+    p.add_argument("--hold-dense", action=argparse.BooleanOptionalAction, default=False,
                    help="under quantized weights, keep each layer's dequantized weight once made, so links "
-                        "skip the dequantization (~1.2 s a pass on a 1.5B); default: when the copies fit a "
-                        "quarter of this machine's memory")
+                        "skip the dequantization (~1.2 s a pass on a 1.5B), for the dense weights' memory; "
+                        "off by default, as Config()")
     p.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the full results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

@@ -76,8 +76,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "on a CPU with native bf16; else dense); int8/int4: weight-only on torch's CPU kernels")
     p.add_argument("--hold-dense", action=argparse.BooleanOptionalAction, default="auto",
                    help="under quantized weights, keep each layer's dequantized weight once made, so links "
-                        "skip the dequantization (~1.2 s a pass on a 1.5B); default: when the copies fit a "
-                        "quarter of this machine's memory")
+                        "skip the dequantization (~1.2 s a pass on a 1.5B); default (unlike Config()): when "
+                        "the copies fit a quarter of this machine's memory, as a server owns its machine")
     p.add_argument("--compile-behind", type=at_least(0), default=0, metavar="M",
                    help="link a chunk's entry compiled behind the (up to M) chunks before it where a prompt holds "
                         "them in that order, as `ragpic compile --compile-behind M` or RagPic.compile(texts, "

@@ -189,7 +189,7 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     banded_attention: bool = True,
     weights: str | WeightFormat = "auto",
-    hold_dense: bool | str = "auto",
+    hold_dense: bool | str = False,
 ) -> LoadedModel:
     """Load a local (or already-downloaded) HF causal LM, or the embedded default.
 
@@ -208,7 +208,7 @@ def load_model(
         hold_dense: under a quantized format, keep each layer's dense weight once a link or
             prefill has made it (:func:`~ragpic.core.weights.linear.hold_dense_weights`): every
             later pass skips the dequantization, for the dense weights' memory; decode still
-            reads the quantized weights. ``"auto"`` (the default): when the copies fit a quarter
+            reads the quantized weights. Off by default; ``"auto"``: when the copies fit a quarter
             of the machine's memory (:func:`~ragpic.core.weights.resolve.resolve_hold_dense`).
             No effect on dense weights or on the fingerprint.
     """
