@@ -1,7 +1,8 @@
 """``ragpic serve`` against llama.cpp's ``llama-server`` under a RAG load: one sitting, one GGUF, one server at a time.
 
     python benchmarks/serve_vs_llamacpp.py [--model 0.5b] [--clients 1,2,4,8] [--per-client 2]
-        [--setups ragpic,ragpic-legolink-16,llama-server-reuse,llama-server] [--answers 6] [--json out.json]
+        [--setups ragpic,ragpic-legolink-16,llama-server-reuse,llama-server] [--answers 6]
+        [--rates 0.05,0.2,0.8] [--open-requests 10] [--json out.json] [--plot out.png]
     python benchmarks/serve_vs_llamacpp.py --tiny --json out.json   # seconds: the embedded SmolLM2, 1-2 clients
 
 The workload (docs/SERVING.md *Beside llama-server*): the bundled haystack essays and MuSiQue
@@ -20,6 +21,12 @@ Set-ups, started one after the other on loopback ports with ``--threads`` thread
   and without ``--cache-reuse 256`` (KV shifting of reused chunks: ``naive``'s link), built by
   ``TARGET=llama-server benchmarks/llamacpp_build.sh`` (or ``RAGPIC_LLAMA_SERVER``); skipped with a
   note when it is not built.
+
+Open loop (``--open-setups``): one server per set-up (llama-server with ``-np`` the most
+clients), ``--open-requests`` requests at each of ``--rates`` requests/s, Poisson and seeded (the
+same schedule for every server), each sent at its time whatever still runs; its requests/s
+(answers over the seconds from the first arrival to the last answer) at a rate past a server's
+saturation is that server's saturation throughput.
 
 Per set-up and load: TTFT p50/p95/p99, whole-answer p50/p95, output tok/s, requests/s, errors.
 ``--answers n``: the first ``n`` requests' greedy answers of every set-up at one client (and of
@@ -137,6 +144,29 @@ async def closed_loop(url: str, model: str, requests: list[list[dict]], clients:
     wall = time.perf_counter() - t0
     await client.close()
     return sorted(out, key=lambda r: r.index), wall
+
+
+async def open_loop(url: str, model: str, requests: list[list[dict]], rate: float, max_tokens: int,
+                    method: str | None, timeout: float, seed: int) -> tuple[list[Result], float]:
+    """Poisson arrivals at ``rate`` requests/s (seeded: the same schedule for every server), each
+    request sent at its time whatever is still running; results in request order, and the
+    seconds from the first arrival to the last answer."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", timeout=timeout, max_retries=0,
+                         http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=len(requests) + 2),
+                                                       timeout=timeout))
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    tasks = []
+    for i, msgs in enumerate(requests):
+        if i:
+            await asyncio.sleep(rng.expovariate(rate))
+        tasks.append(asyncio.create_task(one(client, model, i, msgs, max_tokens, method)))
+    out = await asyncio.gather(*tasks)
+    wall = time.perf_counter() - t0
+    await client.close()
+    return list(out), wall
 
 
 def pct(xs: list[float], p: float) -> float | None:
@@ -273,9 +303,10 @@ def run(args) -> dict:
     requests = workload(chunks, n_req, args.seed, args.lo, args.hi)
     tmp = Path(tempfile.mkdtemp(prefix="ragpic-serve-vs-llamacpp-"))
     rows: list[dict] = []
+    open_rows: list[dict] = []
     answers: dict[str, list[str]] = {}
     notes: list[str] = []
-    out = {"rows": rows, "answers": answers, "notes": notes, "corpus_chunks": len(chunks), "requests": n_req,
+    out = {"rows": rows, "open_rows": open_rows, "answers": answers, "notes": notes, "corpus_chunks": len(chunks), "requests": n_req,
            "args": vars(args), "model": gguf, "cpu": cpu_line()}
     try:
         ragpic_setups = [s for s in args.setups if s.startswith("ragpic")]
@@ -287,6 +318,8 @@ def run(args) -> dict:
                 for setup in ragpic_setups:
                     method = setup[len("ragpic-"):] if setup != "ragpic" else None
                     load(rows, answers, setup, s.url, model, requests, args, method)
+                    if setup in args.open_setups:
+                        open_load(open_rows, setup, s.url, model, requests, args, method)
                 if args.answers:
                     res, _ = asyncio.run(closed_loop(s.url, model, requests[:args.answers], 1, args.max_tokens,
                                                      "full", args.timeout))
@@ -304,6 +337,12 @@ def run(args) -> dict:
                 s = start_llama(binary, gguf, clients, args.threads, setup.endswith("-reuse"), tmp)
                 try:
                     load(rows, answers, setup, s.url, s.model(), requests, args, None, only=[clients])
+                finally:
+                    s.stop()
+            if setup in args.open_setups:  # open loop: as many slots as the most clients
+                s = start_llama(binary, gguf, biggest, args.threads, setup.endswith("-reuse"), tmp)
+                try:
+                    open_load(open_rows, setup, s.url, s.model(), requests, args, None)
                 finally:
                     s.stop()
     finally:
@@ -324,6 +363,17 @@ def load(rows, answers, setup, url, model, requests, args, method, only=None) ->
         print(fmt(rows[-1]), flush=True)
         if clients == 1 and args.answers:
             answers[setup] = [r.text for r in res[:args.answers]]
+
+
+def open_load(open_rows, setup, url, model, requests, args, method) -> None:
+    """One warm-up request, then ``--open-requests`` requests at each of ``--rates`` (open loop)."""
+    warm = workload(corpus(args.words, args.corpus), 1, args.seed + 7919, args.lo, args.hi)
+    asyncio.run(closed_loop(url, model, warm, 1, args.max_tokens, method, args.timeout))
+    for rate in args.rates:
+        res, wall = asyncio.run(open_loop(url, model, requests[:args.open_requests], rate, args.max_tokens, method,
+                                          args.timeout, args.seed))
+        open_rows.append({**summary(setup, 0, res, wall), "offered_per_s": rate})
+        print(fmt(open_rows[-1]).replace("|  0 |", f"| {rate}/s |", 1), flush=True)
 
 
 def same_answers(answers: dict[str, list[str]]) -> dict[str, dict[str, float]]:
@@ -365,20 +415,26 @@ def plot(out: dict, path: str) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for setup in dict.fromkeys(r["setup"] for r in out["rows"]):
-        rows = [r for r in out["rows"] if r["setup"] == setup]
-        for ax, key in zip(axes, ("ttft_p95_s", "answer_p95_s")):
-            ax.plot([r["clients"] for r in rows], [r[key] for r in rows], marker="o",
-                    label=setup if setup != "ragpic" else "ragpic (default)")
+    opened = bool(out.get("open_rows"))
+    fig, grid = plt.subplots(1 + opened, 2, figsize=(10, 4 + 3.6 * opened), squeeze=False)
     answer = f"whole answer (up to {out['args']['max_tokens']} tokens), p95"
-    for ax, title in zip(axes, ("time to first token, p95", answer)):
-        ax.set(xlabel="concurrent clients (closed loop)", ylabel="seconds", title=title, xscale="log", yscale="log")
-        ax.set_xticks(sorted({r["clients"] for r in out["rows"]}), [str(c) for c in sorted({r["clients"] for r in out["rows"]})])
-        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
+    panels = [(grid[0], out["rows"], "clients", "concurrent clients (closed loop)")]
+    if opened:
+        panels.append((grid[1], out["open_rows"], "offered_per_s", "offered requests/s (open loop, Poisson)"))
+    for axes, rows_all, x, xlabel in panels:
+        for setup in dict.fromkeys(r["setup"] for r in rows_all):
+            rows = [r for r in rows_all if r["setup"] == setup]
+            for ax, key in zip(axes, ("ttft_p95_s", "answer_p95_s")):
+                ax.plot([r[x] for r in rows], [r[key] for r in rows], marker="o",
+                        label=setup if setup != "ragpic" else "ragpic (default)")
+        ticks = sorted({r[x] for r in rows_all})
+        for ax, title in zip(axes, ("time to first token, p95", answer)):
+            ax.set(xlabel=xlabel, ylabel="seconds", title=title, xscale="log", yscale="log")
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            ax.grid(alpha=0.3, which="both")
+        axes[0].legend(fontsize=8)
     fig.suptitle(f"RAG traffic, {Path(out['model'] or 'model').name}, {out['args']['threads']} threads per server", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -404,6 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take")
     ap.add_argument("--tiny", action="store_true",
                     help="seconds-long: the embedded SmolLM2, 1-2 clients, llama-server beside it where it is built")
+    ap.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.05, 0.2, 0.8],
+                    help="open-loop Poisson arrival rates (requests/s); the highest should be past every server's saturation")
+    ap.add_argument("--open-requests", type=int, default=10, help="requests at each open-loop rate")
+    ap.add_argument("--open-setups", type=lambda s: [x for x in s.split(",") if x],
+                    default=["ragpic", "llama-server-reuse", "llama-server"], help="set-ups run open loop too ('' for none)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None, help="a PNG of latency against load (docs/img/serve_vs_llamacpp.png)")
     args = ap.parse_args(argv)
@@ -411,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, args.setups = "embedded", ["ragpic", "llama-server-reuse"]
         args.clients, args.per_client, args.min_requests = [1, 2], 2, 2
         args.max_tokens, args.corpus, args.words, args.lo, args.hi, args.answers = 8, 12, 120, 2, 3, 2
+        args.rates, args.open_requests, args.open_setups = [4.0], 3, ["ragpic"]
     print(HEAD, flush=True)
     out = run(args)
     if out["same_answers"]:
@@ -420,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(out, indent=1))
     if args.plot:
         plot(out, args.plot)
-    return 1 if any(r["errors"] for r in out["rows"]) else 0
+    return 1 if any(r["errors"] for r in out["rows"] + out["open_rows"]) else 0
 
 
 if __name__ == "__main__":

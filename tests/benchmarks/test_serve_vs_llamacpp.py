@@ -49,6 +49,9 @@ def test_the_tiny_run_serves_every_request_and_reports_each_load(tmp_path):
     for r in ragpic:
         assert r["errors"] == 0 and r["requests"] >= 2 and r["tokens_mean"] > 0
         assert 0 < r["ttft_p50_s"] <= r["ttft_p95_s"] <= r["answer_p95_s"] and r["out_tok_per_s"] > 0
+    (opened,) = res["open_rows"]  # --tiny: the default at one Poisson rate
+    assert opened["setup"] == "ragpic" and opened["offered_per_s"] == 4.0 and opened["errors"] == 0
+    assert opened["requests"] == 3 and 0 < opened["ttft_p50_s"] <= opened["answer_p95_s"] and opened["req_per_s"] > 0
     assert res["compile_s"] > 0 and len(res["answers"]["ragpic"]) == 2 and len(res["answers"]["ragpic-full"]) == 2
     llama = [r for r in res["rows"] if r["setup"] == "llama-server-reuse"]
     if bench.llama_server_binary() is None:
