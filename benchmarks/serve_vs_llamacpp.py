@@ -298,7 +298,7 @@ def resolve_model(name: str | None) -> tuple[str | None, str | None]:
 def run(args) -> dict:
     model_arg, gguf = resolve_model(args.model)
     chunks = corpus(args.words, args.corpus)
-    biggest = max(args.clients)
+    biggest = max(args.clients, default=8)  # --clients '': the open loop alone
     n_req = max(args.min_requests, args.per_client * biggest)
     requests = workload(chunks, n_req, args.seed, args.lo, args.hi)
     tmp = Path(tempfile.mkdtemp(prefix="ragpic-serve-vs-llamacpp-"))
@@ -319,7 +319,7 @@ def run(args) -> dict:
                     method = setup[len("ragpic-"):] if setup != "ragpic" else None
                     load(rows, answers, setup, s.url, model, requests, args, method)
                     if setup in args.open_setups:
-                        open_load(open_rows, setup, s.url, model, requests, args, method)
+                        open_load(open_rows, setup, s.url, model, args, method)
                 if args.answers:
                     res, _ = asyncio.run(closed_loop(s.url, model, requests[:args.answers], 1, args.max_tokens,
                                                      "full", args.timeout))
@@ -342,7 +342,7 @@ def run(args) -> dict:
             if setup in args.open_setups:  # open loop: as many slots as the most clients
                 s = start_llama(binary, gguf, biggest, args.threads, setup.endswith("-reuse"), tmp)
                 try:
-                    open_load(open_rows, setup, s.url, s.model(), requests, args, None)
+                    open_load(open_rows, setup, s.url, s.model(), args, None)
                 finally:
                     s.stop()
     finally:
@@ -365,12 +365,16 @@ def load(rows, answers, setup, url, model, requests, args, method, only=None) ->
             answers[setup] = [r.text for r in res[:args.answers]]
 
 
-def open_load(open_rows, setup, url, model, requests, args, method) -> None:
-    """One warm-up request, then ``--open-requests`` requests at each of ``--rates`` (open loop)."""
-    warm = workload(corpus(args.words, args.corpus), 1, args.seed + 7919, args.lo, args.hi)
+def open_load(open_rows, setup, url, model, args, method) -> None:
+    """One warm-up request, then ``--open-requests`` requests at each of ``--rates`` (open loop).
+    Each rate sends requests of its own (seeded: the same ones for every server): one server
+    serves every rate, and a prompt it has seen whole would be a prompt-cache hit."""
+    chunks = corpus(args.words, args.corpus)
+    warm = workload(chunks, 1, args.seed + 7919, args.lo, args.hi)
     asyncio.run(closed_loop(url, model, warm, 1, args.max_tokens, method, args.timeout))
-    for rate in args.rates:
-        res, wall = asyncio.run(open_loop(url, model, requests[:args.open_requests], rate, args.max_tokens, method,
+    for i, rate in enumerate(args.rates):
+        requests = workload(chunks, args.open_requests, args.seed + 1 + i, args.lo, args.hi)
+        res, wall = asyncio.run(open_loop(url, model, requests, rate, args.max_tokens, method,
                                           args.timeout, args.seed))
         open_rows.append({**summary(setup, 0, res, wall), "offered_per_s": rate})
         print(fmt(open_rows[-1]).replace("|  0 |", f"| {rate}/s |", 1), flush=True)
@@ -441,7 +445,7 @@ def plot(out: dict, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="0.5b", help="0.5b, 1.5b (from `ragpic model get`), a .gguf path, or embedded")
     ap.add_argument("--setups", type=lambda s: s.split(","),
