@@ -425,11 +425,12 @@ def plot(out: dict, path: str) -> None:
     panels = [(grid[0], out["rows"], "clients", "concurrent clients (closed loop)")]
     if opened:
         panels.append((grid[1], out["open_rows"], "offered_per_s", "offered requests/s (open loop, Poisson)"))
+    setups = list(dict.fromkeys(r["setup"] for r in out["rows"] + out.get("open_rows", [])))
     for axes, rows_all, x, xlabel in panels:
         for setup in dict.fromkeys(r["setup"] for r in rows_all):
             rows = [r for r in rows_all if r["setup"] == setup]
-            for ax, key in zip(axes, ("ttft_p95_s", "answer_p95_s")):
-                ax.plot([r[x] for r in rows], [r[key] for r in rows], marker="o",
+            for ax, key in zip(axes, ("ttft_p95_s", "answer_p95_s")):  # one colour per set-up in every panel
+                ax.plot([r[x] for r in rows], [r[key] for r in rows], marker="o", color=f"C{setups.index(setup)}",
                         label=setup if setup != "ragpic" else "ragpic (default)")
         ticks = sorted({r[x] for r in rows_all})
         for ax, title in zip(axes, ("time to first token, p95", answer)):
