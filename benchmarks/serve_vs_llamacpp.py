@@ -124,13 +124,19 @@ async def one(client, model: str, index: int, messages: list[dict], max_tokens: 
     return res
 
 
+def openai_client(url: str, connections: int, timeout: float):
+    """An ``openai`` client for ``url`` with room for ``connections`` streams at once, no retries."""
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(base_url=url + "/v1", api_key="none", timeout=timeout, max_retries=0,
+                       http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=connections + 2),
+                                                     timeout=timeout))
+
+
 async def closed_loop(url: str, model: str, requests: list[list[dict]], clients: int, max_tokens: int,
                       method: str | None, timeout: float) -> tuple[list[Result], float]:
     """``clients`` workers taking the next request as their last one ends; results in request order."""
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", timeout=timeout, max_retries=0,
-                         http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=clients + 2), timeout=timeout))
+    client = openai_client(url, clients, timeout)
     queue = list(enumerate(requests))
     out: list[Result] = []
 
@@ -151,11 +157,7 @@ async def open_loop(url: str, model: str, requests: list[list[dict]], rate: floa
     """Poisson arrivals at ``rate`` requests/s (seeded: the same schedule for every server), each
     request sent at its time whatever is still running; results in request order, and the
     seconds from the first arrival to the last answer."""
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", timeout=timeout, max_retries=0,
-                         http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=len(requests) + 2),
-                                                       timeout=timeout))
+    client = openai_client(url, len(requests), timeout)
     rng = random.Random(seed)
     t0 = time.perf_counter()
     tasks = []
@@ -317,9 +319,9 @@ def run(args) -> dict:
                 model = s.model()
                 for setup in ragpic_setups:
                     method = setup[len("ragpic-"):] if setup != "ragpic" else None
-                    load(rows, answers, setup, s.url, model, requests, args, method)
+                    load(rows, answers, setup, s.url, model, requests, args, method, chunks)
                     if setup in args.open_setups:
-                        open_load(open_rows, setup, s.url, model, args, method)
+                        open_load(open_rows, setup, s.url, model, args, method, chunks)
                 if args.answers:
                     res, _ = asyncio.run(closed_loop(s.url, model, requests[:args.answers], 1, args.max_tokens,
                                                      "full", args.timeout))
@@ -336,13 +338,13 @@ def run(args) -> dict:
             for clients in args.clients:  # -np follows the clients, so one server per load
                 s = start_llama(binary, gguf, clients, args.threads, setup.endswith("-reuse"), tmp)
                 try:
-                    load(rows, answers, setup, s.url, s.model(), requests, args, None, only=[clients])
+                    load(rows, answers, setup, s.url, s.model(), requests, args, None, chunks, only=[clients])
                 finally:
                     s.stop()
             if setup in args.open_setups:  # open loop: as many slots as the most clients
                 s = start_llama(binary, gguf, biggest, args.threads, setup.endswith("-reuse"), tmp)
                 try:
-                    open_load(open_rows, setup, s.url, s.model(), args, None)
+                    open_load(open_rows, setup, s.url, s.model(), args, None, chunks)
                 finally:
                     s.stop()
     finally:
@@ -351,11 +353,15 @@ def run(args) -> dict:
     return out
 
 
-def load(rows, answers, setup, url, model, requests, args, method, only=None) -> None:
-    # one request of another seed first, not counted: lazy initialisation out of the figures,
-    # and no measured prompt in either server's caches
-    warm = workload(corpus(args.words, args.corpus), 1, args.seed + 7919, args.lo, args.hi)
+def warm_up(url, model, args, method, chunks) -> None:
+    """One request of another seed, not counted: lazy initialisation out of the figures, and no
+    measured prompt in the server's caches."""
+    warm = workload(chunks, 1, args.seed + 7919, args.lo, args.hi)
     asyncio.run(closed_loop(url, model, warm, 1, args.max_tokens, method, args.timeout))
+
+
+def load(rows, answers, setup, url, model, requests, args, method, chunks, only=None) -> None:
+    warm_up(url, model, args, method, chunks)
     for clients in only or args.clients:
         n = max(args.min_requests, args.per_client * clients)
         res, wall = asyncio.run(closed_loop(url, model, requests[:n], clients, args.max_tokens, method, args.timeout))
@@ -365,13 +371,11 @@ def load(rows, answers, setup, url, model, requests, args, method, only=None) ->
             answers[setup] = [r.text for r in res[:args.answers]]
 
 
-def open_load(open_rows, setup, url, model, args, method) -> None:
+def open_load(open_rows, setup, url, model, args, method, chunks) -> None:
     """One warm-up request, then ``--open-requests`` requests at each of ``--rates`` (open loop).
     Each rate sends requests of its own (seeded: the same ones for every server): one server
     serves every rate, and a prompt it has seen whole would be a prompt-cache hit."""
-    chunks = corpus(args.words, args.corpus)
-    warm = workload(chunks, 1, args.seed + 7919, args.lo, args.hi)
-    asyncio.run(closed_loop(url, model, warm, 1, args.max_tokens, method, args.timeout))
+    warm_up(url, model, args, method, chunks)
     for i, rate in enumerate(args.rates):
         requests = workload(chunks, args.open_requests, args.seed + 1 + i, args.lo, args.hi)
         res, wall = asyncio.run(open_loop(url, model, requests, rate, args.max_tokens, method,

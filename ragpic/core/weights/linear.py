@@ -5,7 +5,7 @@
 point per 32 inputs of each row in the layout of ``aten._weight_int4pack_mm_for_cpu``. Both
 kernels read the weight once per call, so they win where decode is bound by the bytes of
 weights read (a few rows); from :data:`DENSE_FROM` rows on (:data:`INT4_DENSE_FROM` for int4,
-whose dequantization costs 8x int8's) the layer dequantizes its weight to the compute dtype and
+whose dequantization costs ~4x int8's) the layer dequantizes its weight to the compute dtype and
 runs the dense GEMM, which is faster there (4864x896 at 256 rows, bf16: 6.2 ms against 9.7 ms
 through the int4 kernel); a layer holding its dense weight (``hold_dense``) takes the GEMM from
 :data:`DENSE_FROM` rows. The kernels are fast with
@@ -240,7 +240,7 @@ class Int4Linear(_WeightOnly):
         Every forward of :attr:`dense_from` rows or more pays this once per layer (docs/RESULTS.md
         §23): one transposing copy puts the packed bytes in row order (the only strided pass), each
         nibble is cast into ``(N, K)`` contiguously as ``q - 8`` in int8 (exact), and the groups'
-        scales and zeros are broadcast in place: 1.8 ms for a 4864x896 bf16 layer on 2 threads.
+        scales and zeros are broadcast in place: 2.1-2.9 ms for a 4864x896 bf16 layer on 2 threads.
         """
         b = pack_block()
         n, half = self.packed.shape
